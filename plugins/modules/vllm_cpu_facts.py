@@ -1,0 +1,150 @@
+#!/usr/bin/python
+
+DOCUMENTATION = r"""
+---
+module: vllm_cpu_facts
+short_description: Gather the CPU, NUMA, memory and cgroup facts vLLM CPU serving is planned from
+description:
+  - Reads C(/proc) and C(/sys) (no subprocess, no package needed on the host) and returns
+    C(ansible_facts.vllm_cpu) - architecture, ISA flags and build class, sockets, physical cores
+    per NUMA node, online and allowed CPUs, memory and cgroup limits.
+  - Allowed CPUs are the online CPUs that both the process affinity (C(Cpus_allowed_list)) and the
+    cgroup cpuset permit; O(root) lets a recorded machine tree stand in for C(/).
+  - All parsing lives in C(module_utils/vllm_cpu_topology.py); this module only wraps it.
+version_added: "0.1.0"
+options:
+  root:
+    description:
+      - Directory under which C(proc/) and C(sys/) are read.
+      - Point it at a recorded or expanded machine tree to test plans without the hardware.
+    type: path
+    default: /
+  arch:
+    description:
+      - Architecture to assume when C(/proc/cpuinfo) does not reveal it.
+      - Leave unset to infer it.
+    type: str
+    choices: [x86_64, aarch64, s390x, ppc64le]
+notes:
+  - Supports check mode; the module never changes the host.
+  - Node memory is the node's C(MemTotal); only the host-wide RV(ansible_facts.vllm_cpu.memory_mib)
+    is capped by the cgroup memory limit.
+author:
+  - vllm-cpu-fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Read the hardware facts vLLM is planned from
+  vllm_cpu_facts:
+
+- name: Plan against a recorded machine instead of this host
+  vllm_cpu_facts:
+    root: /tmp/machines/spr-2s-amx
+
+- name: Show the ISA build class
+  ansible.builtin.debug:
+    var: ansible_facts.vllm_cpu.isa_class
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    vllm_cpu:
+      description: Hardware facts of the host.
+      returned: always
+      type: dict
+      contains:
+        arch:
+          description: CPU architecture.
+          type: str
+          sample: x86_64
+        vendor:
+          description: CPU vendor (C(vendor_id), or the ARM implementer's name).
+          type: str
+          sample: GenuineIntel
+        model:
+          description: CPU model name (ARM core name such as C(Neoverse-V1), s390x machine type).
+          type: str
+          sample: Intel(R) Xeon(R) Platinum 8480+
+        isa:
+          description: >-
+            Booleans avx2, avx512f, avx512_bf16, avx512_vnni, amx_bf16, amx_tile, amx_int8 (x86),
+            asimd, sve, bf16, i8mm (aarch64), vxe (s390x); true only if every CPU lists the flag.
+          type: dict
+          sample: {avx2: true, avx512f: true, avx512_bf16: true, avx512_vnni: true, amx_bf16: true,
+                   amx_tile: true, amx_int8: true, asimd: false, sve: false, bf16: false, i8mm: false, vxe: false}
+        isa_class:
+          description: >-
+            Build variant the host needs; hosts with the same class can share one wheel.
+            One of x86_64-amx, x86_64-avx512bf16, x86_64-avx512vnni, x86_64-avx512, x86_64-avx2,
+            aarch64-bf16, aarch64-neon, s390x-vxe, ppc64le.
+          type: str
+          sample: x86_64-amx
+        sockets:
+          description: Number of distinct physical packages among online CPUs.
+          type: int
+          sample: 2
+        threads_per_core:
+          description: Largest number of online hardware threads sharing one physical core.
+          type: int
+          sample: 2
+        memory_mib:
+          description: MemTotal in MiB, lowered to the cgroup memory limit when that is smaller.
+          type: int
+          sample: 1031798
+        online_cpus:
+          description: Online CPU ids.
+          type: list
+          elements: int
+          sample: [0, 1, 2, 3]
+        offline_cpus:
+          description: Possible but offline CPU ids.
+          type: list
+          elements: int
+          sample: []
+        allowed_cpus:
+          description: Online CPUs allowed by the process affinity and the cgroup cpuset.
+          type: list
+          elements: int
+          sample: [0, 1, 2, 3]
+        cgroup:
+          description: >-
+            C(version) (1, 2 or null), C(cpus) (cpuset CPU ids or null when unrestricted),
+            C(memory_max_mib) (null when unlimited).
+          type: dict
+          sample: {version: 2, cpus: [8, 9, 136, 137], memory_max_mib: 32768}
+        numa_nodes:
+          description: >-
+            Nodes sorted by id, each with C(id), C(cpus) (allowed online CPUs), C(cores) (lists of
+            allowed sibling CPUs of one physical core, sorted by first CPU), C(memory_mib) and
+            C(distance). Memory-only (CXL) nodes have empty C(cpus) and C(cores).
+          type: list
+          elements: dict
+          sample: [{id: 0, cpus: [0, 1, 2, 3], cores: [[0, 2], [1, 3]], memory_mib: 515519, distance: [10, 21]}]
+"""
+
+# Ansible modules keep their imports below the documentation strings.
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.vllm_cpu_topology import TopologyError, read_cpu_facts  # noqa: E402
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "default": "/"},
+            "arch": {"type": "str", "choices": ["x86_64", "aarch64", "s390x", "ppc64le"]},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        facts = read_cpu_facts(module.params["root"], arch=module.params["arch"])
+    except TopologyError as exc:
+        module.fail_json(msg=f"cannot read CPU facts: {exc}", path=exc.path)
+    module.exit_json(changed=False, ansible_facts={"vllm_cpu": facts})
+
+
+if __name__ == "__main__":
+    main()

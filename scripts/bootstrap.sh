@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Prepares a Debian 12 controller for the demo and the tests: OS packages,
+# the container runtime settings this kind of host needs, and the project's
+# virtualenv. Safe to re-run: every step checks before it changes anything.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv="$repo/.venv"
+
+need_pkgs=()
+for pkg in podman runc debootstrap uidmap slirp4netns fuse-overlayfs; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
+done
+python3 -c 'import ensurepip, venv' 2>/dev/null || need_pkgs+=(python3-venv)
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+  echo "bootstrap: installing ${need_pkgs[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# crun fails on a cgroup v1/v2 hybrid host ("cgroups in hybrid mode not
+# supported") and podman's default ulimits exceed a hard nofile limit of
+# 20000, so containers would not start: use runc and explicit ulimits.
+conf=/etc/containers/containers.conf
+wanted="$repo/molecule/resources/containers.conf"
+if ! cmp -s "$wanted" "$conf"; then
+  echo "bootstrap: writing $conf"
+  install -D -m 0644 "$wanted" "$conf"
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "bootstrap: creating $venv"
+  python3 -m venv "$venv"
+fi
+stamp="$venv/.requirements.sha256"
+want=$(sha256sum "$repo/requirements.txt" | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: installing Python requirements into $venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q -r "$repo/requirements.txt"
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,44 @@
+import json
+import sys
+from pathlib import Path
+
+import ansible.module_utils
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Tests import module_utils as Ansible does: ansible.module_utils.<name>.
+ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
+
+
+# ---- fact module fixtures (owner: hardware facts) -------------------------
+MACHINES = REPO / "tests" / "fixtures" / "machines"
+sys.path.insert(0, str(MACHINES))
+import expand  # noqa: E402
+
+MACHINE_NAMES = expand.machine_names()
+
+
+def load_expected_facts(name):
+    """Return the hand-checked vllm_cpu fact dict of recorded machine ``name``."""
+    with open(MACHINES / name / "expected_facts.json", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@pytest.fixture
+def machine_root(tmp_path):
+    """Return a function name -> Path expanding that recorded machine's tree.
+
+    Usage: ``root = machine_root("spr-2s-amx")``; each name expands once per test.
+    """
+    roots = {}
+
+    def _expand(name):
+        if name not in roots:
+            roots[name] = expand.expand(name, tmp_path / "machines" / name)
+        return roots[name]
+
+    return _expand
+
+
+# ---- end fact module fixtures ----------------------------------------------

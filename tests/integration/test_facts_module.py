@@ -1,0 +1,64 @@
+"""Run vllm_cpu_facts through the real ansible CLI with the project's ansible.cfg."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, load_expected_facts
+
+BIN = Path(sys.executable).parent
+# Ad-hoc output is "host | STATUS => {json}"; force JSON over ansible.cfg's yaml.
+ENV = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+
+
+def run_module(*args):
+    proc = subprocess.run(
+        [str(BIN / "ansible"), "localhost", "-m", "vllm_cpu_facts", *args],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    status, sep, payload = proc.stdout.partition(" => ")
+    assert sep, f"no result in ansible output:\n{proc.stdout}\n{proc.stderr}"
+    return proc.returncode, status.split("|")[-1].strip(), json.loads(payload)
+
+
+@pytest.mark.parametrize("name", ["gnr-2s-snc3", "milan-container-cpuset", "graviton3-c7g"])
+def test_module_returns_fixture_facts(machine_root, name):
+    rc, status, result = run_module("-a", f"root={machine_root(name)}")
+    assert (rc, status, result["changed"]) == (0, "SUCCESS", False)
+    assert result["ansible_facts"]["vllm_cpu"] == load_expected_facts(name)
+
+
+def test_module_check_mode_on_this_host():
+    rc, status, result = run_module("--check")
+    assert (rc, status) == (0, "SUCCESS")
+    facts = result["ansible_facts"]["vllm_cpu"]
+    # The local connection inherits this process's affinity, which the kernel
+    # already keeps within the cgroup cpuset and the online CPUs.
+    assert facts["allowed_cpus"] == sorted(os.sched_getaffinity(0))
+    recorded = load_expected_facts("local-xeon-2cpu")
+    if facts["model"] == recorded["model"]:
+        # Running on the recorded machine: everything but hot-plugged memory must agree.
+        for key in ("arch", "vendor", "isa", "isa_class", "sockets", "threads_per_core", "online_cpus", "cgroup"):
+            assert facts[key] == recorded[key], key
+
+
+def test_module_failure_names_the_path(tmp_path):
+    rc, status, result = run_module("-a", f"root={tmp_path}")
+    assert (rc, status) == (2, "FAILED!")
+    assert result["path"] == str(tmp_path / "proc" / "cpuinfo")
+    assert str(tmp_path / "proc" / "cpuinfo") in result["msg"]
+
+
+def test_ansible_doc_renders():
+    proc = subprocess.run(
+        [str(BIN / "ansible-doc"), "vllm_cpu_facts"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "numa_nodes" in proc.stdout and "isa_class" in proc.stdout

@@ -1,0 +1,72 @@
+"""Role inputs: every default is mirrored in meta/argument_specs.yml, and a
+wrong type stops the role before any task runs, naming the variable."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+ROLES = sorted(p.parent.parent for p in REPO.glob("roles/*/meta/argument_specs.yml"))
+
+
+def test_every_role_has_argument_specs():
+    with_defaults = {p.parent.parent for p in REPO.glob("roles/*/defaults/main.yml")}
+    assert with_defaults, "no roles found"
+    assert with_defaults <= set(ROLES)
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_defaults_mirror_argument_specs(role):
+    defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
+    options = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options), "defaults/main.yml and meta/argument_specs.yml list different variables"
+    for name, value in defaults.items():
+        assert options[name].get("default") == value, f"{name}: default differs between defaults and argument_specs"
+        assert options[name].get("description"), f"{name} has no description"
+
+
+def run_role(tmp_path, role, role_vars):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        textwrap.dedent(
+            f"""\
+            - hosts: localhost
+              connection: local
+              gather_facts: false
+              roles:
+                - role: {role}
+                  vars: {role_vars!r}
+            """
+        )
+    )
+    # --check: should validation ever let a bad value through, nothing on the controller changes.
+    return subprocess.run(
+        [ANSIBLE_PLAYBOOK, "--check", "-i", "localhost,", str(playbook)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("role", "variable", "value"),
+    [
+        ("toolchain", "toolchain_accept_degraded_isa", "maybe"),
+        ("toolchain", "toolchain_install_compiler", {"yes": 1}),
+        ("toolchain", "toolchain_extra_packages", {"gcc": 1}),
+    ],
+)
+def test_wrong_type_fails_before_any_task_naming_the_variable(tmp_path, role, variable, value):
+    result = run_role(tmp_path, role, {variable: value})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert variable in output
+    assert "Validating arguments against arg spec" in output
+    # Argument validation is the only task that ran.
+    assert "ok=0" in output and "changed=0" in output

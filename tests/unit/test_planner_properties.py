@@ -1,0 +1,96 @@
+"""Invariants of every plan over random topologies (Hypothesis)."""
+
+from ansible.module_utils.vllm_cpu_cpulist import parse_cpulist
+from ansible.module_utils.vllm_cpu_planner import DEFAULTS, check, plan
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from topologies import make_facts
+
+
+@st.composite
+def machines(draw):
+    nodes_cores = draw(st.lists(st.integers(1, 12), min_size=1, max_size=8))
+    smt = draw(st.sampled_from([1, 2]))
+    total_cpus = sum(nodes_cores) * smt
+    cpu_ids = st.integers(0, total_cpus - 1)
+    facts = make_facts(
+        nodes_cores,
+        smt=smt,
+        adjacent_siblings=draw(st.booleans()),
+        node_memory_mib=draw(st.integers(4, 512)) * 1024,
+        memory_only_nodes=draw(st.integers(0, 1)),
+        offline=draw(st.sets(cpu_ids, max_size=3)),
+        disallowed=draw(st.sets(cpu_ids, max_size=3)),
+    )
+    assume(any(node["cores"] for node in facts["numa_nodes"]))
+    return facts
+
+
+@st.composite
+def options(draw):
+    return {
+        "vllm_version": draw(st.sampled_from(["0.13.0", "0.32.0", "0.33.0"])),
+        "host": "prop",
+        "mode": draw(st.sampled_from(["auto", "dp", "tp"])),
+        "model_size_gib": draw(st.sampled_from([0.5, 1, 8, 30, 140])),
+        "reserved_cpus": draw(st.sampled_from([None, 0, 1, 2])),
+    }
+
+
+def _core_of(facts):
+    return {cpu: tuple(core) for node in facts["numa_nodes"] for core in node["cores"] for cpu in core}
+
+
+def _node_of(facts):
+    return {cpu: node["id"] for node in facts["numa_nodes"] for cpu in node["cpus"]}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(machines(), options())
+def test_plans_keep_every_invariant(facts, opts):
+    problems = check(facts, opts)
+    if problems:
+        assert all(p.startswith("prop: ") and "; fix: " in p for p in problems)
+        return
+    result = plan(facts, opts)
+    core_of, node_of = _core_of(facts), _node_of(facts)
+    usable = set(facts["online_cpus"]) & set(facts["allowed_cpus"])
+    memory = {node["id"]: node["memory_mib"] for node in facts["numa_nodes"]}
+    bound_cores, reserved_cores = [], set()
+    for instance in result["instances"]:
+        reserved = set(parse_cpulist(instance["reserved_cpus"]))
+        ranks = [parse_cpulist(rank) for rank in instance["omp_threads_bind"].split("|")]
+        assert len(ranks) == instance["tp"] == len(instance["numa_nodes"])
+        for rank, node in zip(ranks, instance["numa_nodes"], strict=True):
+            assert rank, "every rank binds at least one CPU"
+            assert set(rank) <= usable, "bound CPUs exist, are online and allowed"
+            assert {node_of[cpu] for cpu in rank} == {node}, "each rank stays inside its node"
+            assert not set(rank) & reserved, "reserved CPUs are never bound"
+            bound_cores += [core_of[cpu] for cpu in rank]
+            shard = float(opts["model_size_gib"]) / instance["tp"]
+            room = memory[node] / 1024 * DEFAULTS["memory_fraction"] - shard - DEFAULTS["runtime_overhead_gib"]
+            assert instance["kvcache_gib"] <= room, "weights shard + runtime + KV fit the node"
+        reserved_cores |= {core_of[cpu] for cpu in reserved}
+        assert instance["kvcache_gib"] > 0
+    assert len(bound_cores) == len(set(bound_cores)), "one bound CPU per physical core, no core shared"
+    used_nodes = {n for i in result["instances"] for n in i["numa_nodes"]}
+    idle = {core for cpu, core in core_of.items() if node_of[cpu] in used_nodes} - set(bound_cores) - reserved_cores
+    assert not idle, "no idle physical core beyond the reserved ones"
+    build = result["build"]
+    assert build["max_jobs"] >= 1
+    assert build["max_jobs"] <= max(1, len(facts["allowed_cpus"]))
+    memory_for_build = facts["memory_mib"] / 1024 - DEFAULTS["build_reserved_gib"]
+    fits = build["max_jobs"] * DEFAULTS["build_gib_per_job"] <= memory_for_build
+    assert build["fits_memory"] == fits
+    assert fits or build["max_jobs"] == 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(machines())
+def test_small_models_always_plan_one_instance_per_cpu_node(facts):
+    opts = {"vllm_version": "0.32.0", "model_size_gib": 0.5, "reserved_cpus": 0}
+    assume(all(node["memory_mib"] >= 8 * 1024 for node in facts["numa_nodes"]))
+    result = plan(facts, opts)
+    cpu_nodes = [node["id"] for node in facts["numa_nodes"] if node["cores"]]
+    assert [i["numa_nodes"] for i in result["instances"]] == [[n] for n in cpu_nodes]
+    assert [i["port"] for i in result["instances"]] == list(range(8000, 8000 + len(cpu_nodes)))
