@@ -80,8 +80,9 @@ class _Problems(list):
         self.host = host or "host"
         self.prefix = prefix
 
-    def add(self, variable, problem, fix):
-        self.append(f"{self.host}: {self.prefix}{variable}: {problem}; fix: {fix}")
+    def add(self, variable, problem, fix, prefixed=True):
+        name = f"{self.prefix}{variable}" if prefixed else variable
+        self.append(f"{self.host}: {name}: {problem}; fix: {fix}")
 
 
 def _options(options):
@@ -97,7 +98,8 @@ def _plan(facts, options):
     try:
         release = release_info(opts["vllm_version"])
     except UnknownReleaseError as err:
-        problems.add("vllm_version", str(err), "set it to one of the supported versions")
+        # vllm_version is the fleet's own variable, not a planner knob: never prefixed.
+        problems.add("vllm_version", str(err), "set it to one of the supported versions", prefixed=False)
         return None, problems
     topo = _Topology(facts)
     if not topo.nodes:

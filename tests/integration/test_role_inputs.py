@@ -70,3 +70,14 @@ def test_wrong_type_fails_before_any_task_naming_the_variable(tmp_path, role, va
     assert "Validating arguments against arg spec" in output
     # Argument validation is the only task that ran.
     assert "ok=0" in output and "changed=0" in output
+
+
+def test_vllm_plan_defaults_are_the_planners():
+    """The role's knobs, left at their defaults, give the planner exactly its own defaults."""
+    from ansible.module_utils import vllm_cpu_planner
+
+    defaults = yaml.safe_load((REPO / "roles/vllm_plan/defaults/main.yml").read_text())
+    knobs = {name.removeprefix("vllm_plan_"): value for name, value in defaults.items()}
+    knobs.pop("facts_root")
+    assert set(knobs) == set(vllm_cpu_planner.DEFAULTS) - {"vllm_version", "host", "variable_prefix"}
+    assert vllm_cpu_planner._options(knobs) == vllm_cpu_planner._options({})

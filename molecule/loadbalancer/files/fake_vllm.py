@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Stand-in for one vLLM instance in the loadbalancer scenario.
+
+Usage: fake-vllm HOST PORT. Answers GET /health with an empty 200 (as vLLM
+does), GET /v1/models with a model list naming HOST:PORT, and
+GET /slow?seconds=N the same after N seconds: a long completion in flight.
+"""
+
+import json
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+HOST, PORT = sys.argv[1], int(sys.argv[2])
+SERVED_BY = f"{HOST}:{PORT}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        url = urlparse(self.path)
+        if url.path == "/health":
+            self.reply(200, b"", "text/plain")
+            return
+        if url.path not in ("/v1/models", "/slow"):
+            self.reply(404, b"not found\n", "text/plain")
+            return
+        if url.path == "/slow":
+            time.sleep(float(parse_qs(url.query).get("seconds", ["5"])[0]))
+        models = {
+            "object": "list",
+            "data": [{"id": "lb-test", "object": "model", "owned_by": SERVED_BY}],
+            "served_by": SERVED_BY,
+        }
+        self.reply(200, json.dumps(models).encode() + b"\n", "application/json")
+
+    def reply(self, status, body, content_type):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args):
+        pass
+
+
+ThreadingHTTPServer(("0.0.0.0", PORT), Handler).serve_forever()
