@@ -208,11 +208,26 @@ def make_tokenizer(p):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    # The corpus is small: repeat it with variations so merges have counts to rank.
-    lines = CORPUS.splitlines()
-    corpus = lines + [line.lower() for line in lines] + [line.upper() for line in lines]
-    tokenizer.train_from_iterator(corpus, trainer=trainer)
+    tokenizer.train_from_iterator(training_text(p["seed"]), trainer=trainer)
+    # A small corpus may run out of merges: fill the vocabulary up with plain added
+    # tokens so that every id the model can emit decodes to something.
+    missing = p["vocab_size"] - tokenizer.get_vocab_size()
+    if missing > 0:
+        tokenizer.add_tokens([f"<extra_{i}>" for i in range(missing)])
     return tokenizer
+
+
+def training_text(seed):
+    """The built-in corpus, its case variants and seeded pseudo-words (enough merges for 2048)."""
+    lines = CORPUS.splitlines()
+    rng = np.random.default_rng(seed)
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["th", "sh", "ch", "qu", "st", "ng"]
+    words = [
+        "".join(syllables[i] for i in rng.integers(0, len(syllables), size=int(n)))
+        for n in rng.integers(1, 5, size=6000)
+    ]
+    sentences = [" ".join(words[i : i + 12]) for i in range(0, len(words), 12)]
+    return lines + [line.lower() for line in lines] + [line.upper() for line in lines] + sentences
 
 
 def tokenizer_config(p):
