@@ -41,7 +41,8 @@ def plan_host(inventory, host, machine):
     host_vars = inventory["_meta"]["hostvars"][host]
     prefix = "vllm_plan_"
     options = {name.removeprefix(prefix): value for name, value in host_vars.items() if name.startswith(prefix)}
-    return options, plan(load_expected_facts(machine), {"vllm_version": host_vars["vllm_version"], "host": host, **options})
+    planned = plan(load_expected_facts(machine), {"vllm_version": host_vars["vllm_version"], "host": host, **options})
+    return options, planned
 
 
 def test_every_role_knob_in_the_example_exists(inventory):
