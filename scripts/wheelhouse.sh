@@ -13,8 +13,8 @@
 #
 # Result: .cache/wheelhouse/<cpXY>/ holding the wheels and vllm-<version>.json,
 # the manifest the role reads: {python_tag, python_version, platform,
-# vllm_requirement, vllm_wheel, torch_wheel, excluded, deps: [{name, version,
-# file, sha256}], inputs_key}. deps excludes the vLLM wheel itself.
+# vllm_requirement, vllm_wheel, vllm_wheel_sha256, vllm_wheel_size, torch_wheel, excluded,
+# deps: [{name, version, file, sha256, size}], inputs_key}. deps excludes the vLLM wheel itself.
 #
 # Left out on purpose: torchvision, torchaudio and torchcodec (the index's builds
 # are CUDA-linked and break `import transformers`; vLLM serves text without
@@ -78,7 +78,8 @@ print(release_info('$vllm_version')['torch_version'])
   [ "$arch" = x86_64 ] && torch_spec="$torch_spec+cpu"
 fi
 
-inputs_key="$(printf '%s\n' "$vllm_dist==$vllm_version" "$torch_spec" "$python_version" "$platform" "$excluded" | sha256sum | cut -c1-16)"
+format_version=2  # bump when the manifest's fields change: older manifests are rewritten
+inputs_key="$(printf '%s\n' "$format_version" "$vllm_dist==$vllm_version" "$torch_spec" "$python_version" "$platform" "$excluded" | sha256sum | cut -c1-16)"
 
 # Warm cache: same inputs, every listed file present -> nothing to do, no network.
 if [ -f "$manifest" ] && python3 - "$manifest" "$inputs_key" <<'EOF'
@@ -188,7 +189,8 @@ for name, ver in pins.items():
         continue
     if name.startswith("nvidia-") or name in excluded:
         problems.append(f"{f}: must not be in a CPU wheelhouse")
-    deps.append({"name": name, "version": ver, "file": f, "sha256": sha(os.path.join(d, f))})
+    path = os.path.join(d, f)
+    deps.append({"name": name, "version": ver, "file": f, "sha256": sha(path), "size": os.path.getsize(path)})
 torch = [x for x in deps if x["name"] == "torch"]
 if len(torch) != 1:
     problems.append("torch is not in the resolved set")
@@ -203,6 +205,7 @@ json.dump({
     "python_tag": tag, "python_version": pyver, "platform": platform, "arch": arch,
     "vllm_dist": dist, "vllm_version": version, "vllm_requirement": f"{dist}=={version}",
     "vllm_wheel": vllm, "vllm_wheel_sha256": sha(os.path.join(d, vllm)),
+    "vllm_wheel_size": os.path.getsize(os.path.join(d, vllm)),
     "torch_wheel": torch[0]["file"], "excluded": excluded, "inputs_key": key, "deps": deps,
 }, open(manifest + ".tmp", "w"), indent=1, sort_keys=True)
 os.replace(manifest + ".tmp", manifest)

