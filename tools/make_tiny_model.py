@@ -285,7 +285,7 @@ def generate(out, params):
         (tmp / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n")
         (tmp / "chat_template.jinja").write_text(CHAT_TEMPLATE + "\n")
         files = sorted(f.name for f in tmp.iterdir())
-        marker = {"parameters": params, "files": files + ["tiny_model.json"]}
+        marker = {"parameters": params, "files": [*files, "tiny_model.json"]}
         (tmp / "tiny_model.json").write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
         for f in tmp.iterdir():
             f.chmod(0o644)
