@@ -149,15 +149,14 @@ def test_stopped_instance_is_marked_down_and_avoided(lb):
 
 
 def test_drain_waits_for_in_flight_requests_and_ready_restores(lb):
-    slow_seconds = 8
+    slow_seconds = 15
     lb.run("rm -f /tmp/slow-*.json")
     # Four long requests at once: leastconn gives one to each of the 4 servers.
-    for i in range(4):
-        lb.check_output(
-            f"systemd-run --quiet --collect --unit=lb-test-slow-{i} "
-            f"-p StandardOutput=file:/tmp/slow-{i}.json "
-            f"curl -sS --max-time 60 '{LB_URL}/slow?seconds={slow_seconds}'"
-        )
+    lb.check_output(
+        "for i in 0 1 2 3; do "
+        "systemd-run --quiet --collect --unit=lb-test-slow-$i -p StandardOutput=file:/tmp/slow-$i.json "
+        f"curl -sS --max-time 60 '{LB_URL}/slow?seconds={slow_seconds}'; done"
+    )
     in_flight = wait_for(lambda: sum(s["scur"] for s in server_stats(lb).values()) >= 4, timeout=10)
     assert in_flight, server_stats(lb)
     stats = server_stats(lb)
