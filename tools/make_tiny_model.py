@@ -232,8 +232,14 @@ def training_text(seed):
 
 def tokenizer_config(p):
     added = {
-        str(i): {"content": tok, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                 "special": True}
+        str(i): {
+            "content": tok,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
         for i, tok in enumerate(SPECIAL_TOKENS)
     }
     return {

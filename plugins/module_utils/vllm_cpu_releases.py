@@ -33,6 +33,33 @@ _V0_32_BUILD_ENV = {
 
 _X86_BF16_ISAS = ["avx512_bf16", "avx512_vnni", "amx_bf16"]
 
+# Debian 12's gcc 12.2 builds 0.32.0/0.33.0 after two in-place edits of the
+# unpacked sdist (roles/vllm_build, opt-in vllm_build_gcc122_workaround):
+# lower cpu_extension.cmake's FATAL gcc check, and make the constexpr local
+# kBLOCK_H_MAX of sparse_mla_decode_kernel_impl (flash_mla.cpp:331, used as an
+# array bound inside its parallel_for lambda) `static constexpr`: gcc 12.2
+# otherwise dies there with an internal compiler error (flash_mla.cpp:349:27).
+# `regexp` must match an unpatched tree and `patched` a patched one: the role
+# fails when neither does, so a release whose source moved is never silently
+# mis-patched.
+_V0_32_GCC122_EDITS = [
+    {
+        "file": "cmake/cpu_extension.cmake",
+        "why": 'FATAL_ERROR "X86 backend requires gcc/g++ >= 12.3" refuses gcc 12.2',
+        "regexp": r"CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12\.3\)\)",
+        "replace": "CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12.2))",
+        "patched": r"CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12\.2\)\)",
+    },
+    {
+        "file": "csrc/cpu/sgl-kernels/flash_mla.cpp",
+        "why": "gcc 12.2 internal compiler error (lookup_template_class_1) on a constexpr local of a function "
+        "template used as an array bound inside its parallel_for lambda",
+        "regexp": r"(?m)^(\s+)constexpr int64_t kBLOCK_H_MAX = 16;(\n\s+const int64_t BLOCK_H = )",
+        "replace": r"\1static constexpr int64_t kBLOCK_H_MAX = 16;\2",
+        "patched": r"(?m)^\s+static constexpr int64_t kBLOCK_H_MAX = 16;\n\s+const int64_t BLOCK_H = ",
+    },
+]
+
 _V0_32_COMMON = {
     "min_gcc": "12.3",
     "min_cmake": "3.26.1",
@@ -75,6 +102,10 @@ _V0_32_COMMON = {
     "runtime_requirements_github_urls": ["triton (triton-cpu 3.8.0)"],
     "python_versions": ["3.11", "3.12", "3.13", "3.14"],
     "cxx_standard": 20,
+    # oneDNN commit vLLM's CMake clones (FETCHCONTENT_SOURCE_DIR_ONEDNN replaces the clone).
+    "onednn_version": "3.13",
+    # gcc major.minor -> source edits that let it build this release (see above).
+    "gcc_workarounds": {"12.2": _V0_32_GCC122_EDITS},
 }
 
 RELEASES = {
@@ -118,9 +149,26 @@ RELEASES = {
         "torch_version": "2.9.1",
         "python_versions": ["3.10", "3.11", "3.12", "3.13"],
         "cxx_standard": 17,
+        "onednn_version": None,  # not recorded
+        # gcc 12.2 builds 0.13.0 unedited (degraded: see isas_dropped_below_min).
+        "gcc_workarounds": {},
+        "sdist_sha256": "4ad43db45fef37114b550d03a4f423fb3fa3a31d8bc09ee810ef8b9cdcd4b5fe",
+        "git_tag": "v0.13.0",
     },
-    "0.32.0": dict(_V0_32_COMMON, version="0.32.0", torch_version="2.13.0"),
-    "0.33.0": dict(_V0_32_COMMON, version="0.33.0", torch_version="2.14.0"),
+    "0.32.0": dict(
+        _V0_32_COMMON,
+        version="0.32.0",
+        torch_version="2.13.0",
+        sdist_sha256="d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad",
+        git_tag="v0.32.0",
+    ),
+    "0.33.0": dict(
+        _V0_32_COMMON,
+        version="0.33.0",
+        torch_version="2.14.0",
+        sdist_sha256="f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
+        git_tag="v0.33.0",
+    ),
 }
 
 # What to install when the compiler is too old; Debian 12's only gcc is 12.2.

@@ -26,7 +26,7 @@ result = {
     "torch_version": None,
     "torch_cuda": None,
     "unwanted": unwanted,
-    "python": "%d.%d.%d" % sys.version_info[:3],
+    "python": ".".join(str(part) for part in sys.version_info[:3]),
 }
 try:
     import torch

