@@ -77,7 +77,7 @@ def test_serves_the_tiny_model(host):
     try:
         healthy, state = None, "active"
         while time.monotonic() - start < HEALTH_TIMEOUT_S:
-            if host.run(f"{PYTHON} -c \"{HTTP}\" http://127.0.0.1:{PORT}/health").rc == 0:
+            if host.run(f'{PYTHON} -c "{HTTP}" http://127.0.0.1:{PORT}/health').rc == 0:
                 healthy = time.monotonic() - start
                 break
             state = host.run(f"systemctl is-active {UNIT}").stdout.strip()
