@@ -31,6 +31,9 @@ DEFAULTS = {
     "model_size_gib": 1.0,  # weights at the served dtype, whole model
     "reserved_cpus": 1,  # physical cores per instance left to the API server and engine core
     "memory_fraction": 0.8,  # share of a node's memory for weights + KV + runtime
+    # vLLM's --gpu-memory-utilization, which on CPU means a share of the node's RAM: when
+    # set it replaces memory_fraction (the plan still passes an explicit KV cache size).
+    "gpu_memory_utilization": None,
     "runtime_overhead_gib": 2.0,  # per rank: torch, Python, compile caches (~2 GiB measured)
     "min_kvcache_gib": 1,  # smallest KV cache worth serving with
     "kvcache_gib": None,  # explicit KV cache per rank, GiB
@@ -89,6 +92,10 @@ def _options(options):
     given = {k: v for k, v in (options or {}).items() if v is not None}
     merged = dict(DEFAULTS, **given)
     merged["reserved_cpus_defaulted"] = "reserved_cpus" not in given
+    merged["fraction_variable"] = "memory_fraction"
+    if merged["gpu_memory_utilization"] is not None:
+        merged["memory_fraction"] = merged["gpu_memory_utilization"]
+        merged["fraction_variable"] = "gpu_memory_utilization"
     return merged
 
 
@@ -112,6 +119,14 @@ def _plan(facts, options):
     if opts["mode"] not in MODES:
         problems.add("mode", f"{opts['mode']!r} is not one of {', '.join(MODES)}", "use auto, dp or tp")
         return None, problems
+    fraction = opts["memory_fraction"]
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        problems.add(
+            opts["fraction_variable"],
+            f"{fraction!r} is not a share of a NUMA node's RAM (on CPU it sizes RAM, not GPU memory)",
+            "use a number above 0 and at most 1, e.g. 0.8",
+        )
+        return None, problems
 
     if opts["omp_threads_bind"] is not None:
         groups = _groups_from_bind(topo, opts, problems)
@@ -119,6 +134,7 @@ def _plan(facts, options):
         groups = _groups_from_layout(topo, opts, problems)
     if problems or not groups:
         return None, problems
+    _check_node_sharing(groups, opts, problems)
 
     instances = [_instance(index, group, topo, release, facts, opts, problems) for index, group in enumerate(groups)]
     used = {node for group in groups for node in group["nodes"]}
@@ -204,13 +220,13 @@ def _groups_from_layout(topo, opts, problems):
                 explicit_kv = opts["kvcache_gib"] is not None
                 kv = opts["kvcache_gib"] if explicit_kv else opts["min_kvcache_gib"]
                 problems.add(
-                    "kvcache_gib" if explicit_kv else "model_size_gib",
+                    _memory_variable(opts),
                     f"{opts['model_size_gib']} GiB of weights plus {opts['runtime_overhead_gib']} GiB runtime and "
                     f"a {kv} GiB KV cache fit no NUMA node (DP) and no tensor-parallel "
-                    f"split over the {len(node_ids)} CPU node(s) (TP) within memory_fraction "
+                    f"split over the {len(node_ids)} CPU node(s) (TP) within {opts['fraction_variable']} "
                     f"{opts['memory_fraction']}",
                     "lower kvcache_gib" if explicit_kv else
-                    "serve a smaller or quantized model, raise memory_fraction, or add memory",
+                    f"serve a smaller or quantized model, raise {opts['fraction_variable']}, or add memory",
                 )
                 return []
             tp = fitting[0]
@@ -235,14 +251,13 @@ def _groups_from_layout(topo, opts, problems):
     for nodes in _chunks(node_ids, tp):
         if not _fits(topo, nodes, opts, tp):
             room = _kv_room_gib(topo, nodes, opts, tp)
-            variable = "kvcache_gib" if opts["kvcache_gib"] is not None else "model_size_gib"
             problems.add(
-                variable,
+                _memory_variable(opts),
                 f"on NUMA node(s) {format_cpulist(nodes)} each rank has {max(room, 0):.1f} GiB left for the KV "
                 f"cache after a {float(opts['model_size_gib']) / tp:.1f} GiB weight shard and "
                 f"{opts['runtime_overhead_gib']} GiB runtime, less than the "
                 f"{opts['kvcache_gib'] or opts['min_kvcache_gib']} GiB needed",
-                "lower kvcache_gib, raise tp or memory_fraction, or serve a smaller model",
+                f"lower kvcache_gib, raise tp or {opts['fraction_variable']}, or serve a smaller model",
             )
         reserved_cores = _reserved_cores(topo, nodes, opts, problems)
         ranks = [[core[0] for core in topo.nodes[n] if core not in reserved_cores] for n in nodes]
@@ -357,10 +372,37 @@ def _check_memory_fit(topo, group, opts, problems):
     if not _fits(topo, group["nodes"], opts, group["tp"]):
         room = _kv_room_gib(topo, group["nodes"], opts, group["tp"])
         problems.add(
-            "kvcache_gib" if opts["kvcache_gib"] is not None else "model_size_gib",
-            f"NUMA node(s) {format_cpulist(group['nodes'])} leave {max(room, 0):.1f} GiB per rank for the KV cache",
-            "lower kvcache_gib, spread the model over more ranks, or serve a smaller model",
+            _memory_variable(opts),
+            f"NUMA node(s) {format_cpulist(group['nodes'])} leave {max(room, 0):.1f} GiB per rank for the KV cache "
+            f"with {opts['fraction_variable']}={opts['memory_fraction']} of the node's RAM",
+            f"lower kvcache_gib, raise {opts['fraction_variable']}, spread the model over more ranks, "
+            "or serve a smaller model",
         )
+
+
+def _memory_variable(opts):
+    """The knob a memory shortfall is blamed on: the one the inventory set, else the model size."""
+    if opts["kvcache_gib"] is not None:
+        return "kvcache_gib"
+    if opts["fraction_variable"] == "gpu_memory_utilization":
+        return "gpu_memory_utilization"
+    return "model_size_gib"
+
+
+def _check_node_sharing(groups, opts, problems):
+    """Ranks on one node each take memory_fraction of its RAM: together at most all of it."""
+    ranks_on = {}
+    for group in groups:
+        for node in group["nodes"]:
+            ranks_on[node] = ranks_on.get(node, 0) + 1
+    for node, count in sorted(ranks_on.items()):
+        if count * opts["memory_fraction"] > 1:
+            problems.add(
+                opts["fraction_variable"],
+                f"{count} ranks on NUMA node {node} would each take {opts['memory_fraction']} of its RAM "
+                f"({count * opts['memory_fraction']:.2f} of it in total)",
+                f"set it to at most {math.floor(100 / count) / 100} or give each rank its own node",
+            )
 
 
 def _dtype(facts, opts):

@@ -155,6 +155,16 @@ RELEASES = {
         "sdist_sha256": "4ad43db45fef37114b550d03a4f423fb3fa3a31d8bc09ee810ef8b9cdcd4b5fe",
         "git_tag": "v0.13.0",
     },
+    # Same CPU knobs, build files, compiler check and torch pin as 0.32.0
+    # (sdist diff: source paths of some kernels, setuptools pin, Python 3.10).
+    "0.31.0": dict(
+        _V0_32_COMMON,
+        version="0.31.0",
+        torch_version="2.13.0",
+        python_versions=["3.10", "3.11", "3.12", "3.13", "3.14"],
+        sdist_sha256="dde46f1efbe846e5bd0c5c4ec6ec71842c42254c7ff3d9bebb2a57028715d380",
+        git_tag="v0.31.0",
+    ),
     "0.32.0": dict(
         _V0_32_COMMON,
         version="0.32.0",

@@ -78,3 +78,70 @@ def test_gcc122_without_the_opt_in_stops_in_preflight(tmp_path):
     assert "vLLM 0.32.0 needs gcc >= 12.3 but gcc 12.2.0 was found" in out
     assert "set vllm_build_gcc122_workaround: true" in out
     assert not artifacts.exists() and not (tmp_path / "work").exists()
+
+
+def run_patches(tmp_path, patches):
+    """roles/vllm_build/tasks/patches.yml on a stand-in source tree under tmp_path/work/src."""
+    playbook = tmp_path / "patches.yml"
+    playbook.write_text(
+        textwrap.dedent(
+            f"""\
+            - hosts: localhost
+              gather_facts: false
+              tasks:
+                - ansible.builtin.include_role:
+                    name: vllm_build
+                    tasks_from: patches
+                  vars:
+                    vllm_build_dir: {tmp_path / "work"}
+                    vllm_build_patches: {[str(p) for p in patches]}
+                    vllm_build_release: {{version: "0.32.0"}}
+            """
+        )
+    )
+    interpreter = f"ansible_python_interpreter={sys.executable}"
+    return subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", "localhost,", "-c", "local", "-e", interpreter, str(playbook)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def make_source(tmp_path):
+    src = tmp_path / "work" / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "kernel.cpp").write_text("int block = 16;\nint heads = 8;\n")
+    return src
+
+
+def write_patch(path, old, new):
+    path.write_text(f"--- a/kernel.cpp\n+++ b/kernel.cpp\n@@ -1,2 +1,2 @@\n{old}{new}")
+    return path
+
+
+def test_patches_apply_in_order_once_and_are_recorded(tmp_path):
+    src = make_source(tmp_path)
+    first = write_patch(tmp_path / "backport.patch", "-int block = 16;\n", "+int block = 32;\n int heads = 8;\n")
+    # Applies only on top of the first one.
+    second = write_patch(tmp_path / "fix.patch", " int block = 32;\n-int heads = 8;\n", "+int heads = 4;\n")
+    result = run_patches(tmp_path, [first, second])
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert (src / "kernel.cpp").read_text() == "int block = 32;\nint heads = 4;\n"
+    record = (src / ".vllm-fleet-patches").read_text().splitlines()
+    assert [line.split()[0] for line in record] == ["01-backport.patch", "02-fix.patch"]
+    assert "changed=0" not in result.stdout
+    again = run_patches(tmp_path, [first, second])
+    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-2000:]
+
+
+def test_a_patch_that_does_not_apply_is_refused_by_name(tmp_path):
+    src = make_source(tmp_path)
+    stale = write_patch(tmp_path / "stale.patch", "-int block = 64;\n", "+int block = 128;\n int heads = 8;\n")
+    result = run_patches(tmp_path, [stale])
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "vllm_build_patches: PATCH DOES NOT APPLY CLEANLY: 01-stale.patch" in output
+    assert "Fix: rebase that patch" in output
+    assert not src.exists(), "the half-patched tree must be removed"

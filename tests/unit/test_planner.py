@@ -94,7 +94,7 @@ def test_bind_override_is_taken_as_is():
 @pytest.mark.parametrize(
     ("options", "variable", "words"),
     [
-        ({"vllm_version": "0.99.0"}, "vllm_version", "0.13.0, 0.32.0, 0.33.0"),
+        ({"vllm_version": "0.99.0"}, "vllm_version", "0.13.0, 0.31.0, 0.32.0, 0.33.0"),
         ({"omp_threads_bind": ["0-3,99"]}, "omp_threads_bind[0]", "does not exist or is offline"),
         ({"omp_threads_bind": ["0-3", "8"]}, "omp_threads_bind[1]", "same physical core"),
         ({"omp_threads_bind": ["0,8"]}, "omp_threads_bind[0]", "SMT siblings"),
@@ -106,12 +106,31 @@ def test_bind_override_is_taken_as_is():
         ({"reserved_cpus": 4}, "reserved_cpus", "leaves none"),
         ({"max_jobs": 64}, "max_jobs", "do not fit"),
         ({"mode": "fast"}, "mode", "auto, dp or tp"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "share of a NUMA node's RAM"),
+        ({"gpu_memory_utilization": 0.05}, "gpu_memory_utilization", "fit no NUMA node"),
+        ({"memory_fraction": 0}, "memory_fraction", "share of a NUMA node's RAM"),
+        ({"omp_threads_bind": ["0-1", "2-3"]}, "memory_fraction", "2 ranks on NUMA node 0"),
+        ({"omp_threads_bind": ["0-1", "2-3"], "gpu_memory_utilization": 0.9}, "gpu_memory_utilization", "1.80"),
     ],
 )
 def test_check_names_host_variable_and_fix(options, variable, words):
     problems = check(make_facts([4, 4]), dict(V32, **options))
     assert problems, options
     assert any(p.startswith(f"h1: {variable}: ") and words in p and "; fix: " in p for p in problems), problems
+
+
+def test_gpu_memory_utilization_sizes_the_kv_cache_like_memory_fraction():
+    facts = make_facts([4, 4])
+    by_vllm_name = plan(facts, dict(V32, gpu_memory_utilization=0.5))
+    by_our_name = plan(facts, dict(V32, memory_fraction=0.5))
+    # 64 GiB * 0.5 - 1 GiB weights - 2 GiB runtime = 29
+    assert [i["kvcache_gib"] for i in by_vllm_name["instances"]] == [29, 29]
+    assert by_vllm_name["instances"] == by_our_name["instances"]
+
+
+def test_two_instances_sharing_a_node_fit_with_half_each():
+    result = plan(make_facts([4, 4]), dict(V32, omp_threads_bind=["0-1", "2-3"], memory_fraction=0.45))
+    assert [i["numa_nodes"] for i in result["instances"]] == [[0], [0]]
 
 
 def test_disallowed_cpu_in_bind():

@@ -66,8 +66,8 @@ def test_v_prefix_and_copy():
 
 
 def test_unknown_version_lists_supported():
-    with pytest.raises(UnknownReleaseError, match=r"0\.13\.0, 0\.32\.0, 0\.33\.0") as err:
-        release_info("0.31.0")
+    with pytest.raises(UnknownReleaseError, match=r"0\.13\.0, 0\.31\.0, 0\.32\.0, 0\.33\.0") as err:
+        release_info("0.30.0")
     assert isinstance(err.value, ValueError)
 
 

@@ -70,6 +70,6 @@ def test_tcmalloc_preloads_from_where_the_fact_says(host, toolchain):
     assert "libtcmalloc_minimal.so.4" in maps.stdout
 
 
-@pytest.mark.parametrize("tool", ["git", "ccache", "jq", "lsof", "make"])
+@pytest.mark.parametrize("tool", ["git", "ccache", "jq", "lsof", "make", "patch"])
 def test_build_tools(host, tool):
     assert host.exists(tool)

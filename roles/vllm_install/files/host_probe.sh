@@ -25,17 +25,23 @@ marker=false
 [ -f "$venv/vllm-install.json" ] && marker=true
 glibc="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')"
 
-py_info="$("$python" -c 'import sys, venv, ensurepip; print("%d.%d cp%d%d" % (sys.version_info[:2] * 2))' 2>&1)"
+# The version even when venv/ensurepip are missing (python3-venv comes later
+# from the toolchain role): preflight judges the two separately.
+py_info="$("$python" -c 'import sys; print("%d.%d cp%d%d" % (sys.version_info[:2] * 2))' 2>&1)"
 if [ $? -eq 0 ]; then
-  python_ok=true
   python_version="${py_info% *}"
   python_tag="${py_info#* }"
+else
+  python_version=""
+  python_tag=""
+fi
+venv_check="$("$python" -c 'import venv, ensurepip' 2>&1)"
+if [ $? -eq 0 ] && [ -n "$python_version" ]; then
+  python_ok=true
   python_error=""
 else
   python_ok=false
-  python_version=""
-  python_tag=""
-  python_error="$(printf '%s' "$py_info" | tail -n 1 | tr -d '"\\')"
+  python_error="$(printf '%s' "${venv_check:-$py_info}" | tail -n 1 | tr -d '"\\')"
 fi
 
 printf '{"python_ok": %s, "python_version": "%s", "python_tag": "%s", "python_error": "%s", ' \

@@ -1,0 +1,199 @@
+"""playbooks/preflight.yml through ansible-playbook: every bad input stops the
+run with a message naming host, variable and fix, and nothing is changed.
+
+The hosts are the controller (local connection) seeing a recorded 2-socket
+Sapphire Rapids (AMX) through vllm_plan_facts_root; each host of the bad run
+carries exactly one mistake, so one run checks them all. The controller is
+Debian 12 (gcc 12.2), which is what the compiler case relies on.
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, load_expected_facts
+
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+MACHINE = "spr-2s-amx"
+BASE_PORT = 18000
+
+
+def sibling_pair():
+    core = load_expected_facts(MACHINE)["numa_nodes"][0]["cores"][1]
+    return core[0], core[1]
+
+
+@pytest.fixture(scope="module")
+def busy_port():
+    """A port some other program listens on."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def controller_inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("controller")
+    model = root / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    wheels = root / "artifacts" / "x86_64"
+    wheels.mkdir(parents=True)
+    (wheels / "vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.whl").write_bytes(b"stand-in: preflight only looks for it")
+    return {"model": str(model), "artifacts": str(root / "artifacts")}
+
+
+def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=None):
+    inventory = tmp_path / "inventory.yml"
+    common = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "vllm_version": "0.32.0",
+        "vllm_plan_facts_root": str(machine_root(MACHINE)),
+        "vllm_plan_base_port": BASE_PORT,
+        "vllm_plan_max_jobs": 1,
+        "vllm_build_gcc122_workaround": True,
+        "vllm_build_python": sys.executable,
+        "vllm_build_work_root": str(tmp_path / "build"),
+        "vllm_build_ccache_dir": str(tmp_path / "ccache"),
+        "vllm_install_source": "wheel",
+        "vllm_install_deps_source": "index",
+        "vllm_install_artifacts_dir": controller_inputs["artifacts"],
+        "vllm_install_python": sys.executable,
+        "vllm_install_root": str(tmp_path / "opt-vllm"),
+        "vllm_install_host_wheelhouse": str(tmp_path / "host-wheelhouse"),
+        "vllm_service_model_path": controller_inputs["model"],
+    }
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "vars": common,
+                    "children": {
+                        "vllm_hosts": {"hosts": hosts},
+                        "loadbalancers": {"hosts": {name: {} for name in loadbalancers or []}},
+                    },
+                }
+            }
+        )
+    )
+    before = snapshot(tmp_path)
+    result = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", str(inventory), "playbooks/preflight.yml"],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "ANSIBLE_STDOUT_CALLBACK": "default",
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+            "ANSIBLE_FORKS": "8",
+        },
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert snapshot(tmp_path) == before, "preflight wrote under the hosts' paths"
+    return result
+
+
+def snapshot(tmp_path):
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if "machines" not in p.parts)
+
+
+def recap(output):
+    """host -> {ok, changed, failed, ...} from the PLAY RECAP."""
+    found = {}
+    for line in output.split("PLAY RECAP")[-1].splitlines():
+        match = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if match:
+            found[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
+    return found
+
+
+def failure_of(output, host):
+    """The failure message(s) Ansible printed for ``host`` (one-line or indented JSON)."""
+    decoder = json.JSONDecoder()
+    messages = []
+    for match in re.finditer(r"^fatal: \[" + re.escape(host) + r"\]: FAILED! => ", output, re.M):
+        data, _ = decoder.raw_decode(output, match.end())
+        messages.append(data.get("msg") or data.get("assertion") or json.dumps(data))
+    return " ".join(messages)
+
+
+def test_good_inputs_pass_and_change_nothing(tmp_path, machine_root, controller_inputs):
+    result = run_preflight(tmp_path, machine_root, controller_inputs, {"good-1": {}, "good-2": {}})
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "Preflight passed on 2 host(s)." in result.stdout
+    stats = recap(result.stdout)
+    assert stats["good-1"]["changed"] == 0 and stats["good-2"]["changed"] == 0
+
+
+def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, machine_root, controller_inputs, busy_port):
+    cpu, sibling = sibling_pair()
+    cases = {
+        # host: (its one mistake, words its message must contain)
+        "unknown-version": ({"vllm_version": "0.99.0"}, ["vllm_version", "not supported", "set it to one of"]),
+        "no-wheel": (
+            {"vllm_install_artifacts_dir": str(tmp_path / "empty")},
+            ["vllm_install_source is wheel", "no vllm-0.32.0", "Build it first"],
+        ),
+        "offline-cpu": (
+            {"vllm_plan_omp_threads_bind": ["1-3,999"]},
+            ["vllm_plan_omp_threads_bind[0]", "999", "does not exist or is offline", "fix: drop it"],
+        ),
+        "shared-core": (
+            {"vllm_plan_omp_threads_bind": [f"{cpu}", f"{sibling}"]},
+            ["vllm_plan_omp_threads_bind[1]", "same physical core", "fix:"],
+        ),
+        "kv-too-big": ({"vllm_plan_kvcache_gib": 600}, ["vllm_plan_kvcache_gib", "fix: lower kvcache_gib"]),
+        "weights-fit-nowhere": ({"vllm_plan_model_size_gib": 5000}, ["vllm_plan_model_size_gib", "fit no NUMA node"]),
+        "tp-six": ({"vllm_plan_tp": 6}, ["vllm_plan_tp", "size 6 is not supported", "fix:"]),
+        "old-gcc": (
+            {"vllm_build_gcc122_workaround": False},
+            ["12.2", "12.3", "gcc"],
+        ),
+        "lb-port": (
+            {"loadbalancer_port": BASE_PORT},
+            ["loadbalancer_port", str(BASE_PORT), "fix: move vllm_plan_base_port"],
+        ),
+        "port-taken": (
+            {"vllm_plan_base_port": busy_port},
+            [f"port {busy_port} is held by", "vllm_plan_base_port", "fix:"],
+        ),
+        "no-model": (
+            {"vllm_service_model_path": str(tmp_path / "nowhere")},
+            ["vllm_service_model_path", "no config.json", "point it at"],
+        ),
+        "small-disk": ({"vllm_build_min_free_gib": 1000000}, ["GiB free under", "vllm_build_min_free_gib", "fix:"]),
+        "gpu-mem-flag": (
+            {"vllm_service_extra_args": ["--gpu-memory-utilization", "0.95"]},
+            ["--gpu-memory-utilization", "size RAM", "vllm_plan_gpu_memory_utilization"],
+        ),
+        "gpu-mem-unfit": (
+            {"vllm_plan_gpu_memory_utilization": 0.6, "vllm_plan_omp_threads_bind": ["1-20", "21-40"]},
+            ["vllm_plan_gpu_memory_utilization", "2 ranks on NUMA node 0", "fix: set it to at most 0.5"],
+        ),
+    }
+    hosts = {name: variables for name, (variables, _) in cases.items()}
+    hosts["good"] = {}
+    result = run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=["lb-port"])
+    output = result.stdout
+    assert result.returncode != 0
+    stats = recap(output)
+    assert all(host_stats["changed"] == 0 for host_stats in stats.values()), stats
+    for host, (_, words) in cases.items():
+        message = failure_of(output, host)
+        assert message, f"{host}: no failure reported\n{output[-3000:]}"
+        assert message.startswith(host) or f"{host}:" in message, message
+        for word in words:
+            assert word in message, f"{host}: {word!r} missing from: {message}"
+    assert not failure_of(output, "good")
+    gate = failure_of(output, "localhost")
+    assert "nothing was changed" in gate
+    assert set(re.search(r"Preflight failed on (.*?) \(", gate).group(1).split(", ")) == set(cases)

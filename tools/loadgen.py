@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Send completions through a load balancer until told to stop; count every answer.
+
+  python3 tools/loadgen.py --url http://LB:8080 --api-key-file KEYFILE --model tiny-llama \
+      --concurrency 2 --stop-file /tmp/stop --out result.json
+
+Each worker sends one request after another (a new connection each, like
+independent clients). A request counts as answered only with HTTP 200 and a
+completion in the body; anything else (connection refused or reset, 5xx,
+timeout, malformed body) is a failure, recorded with its time and reason.
+Runs until --stop-file exists or --duration seconds passed, then writes the
+counts, latency percentiles and failures as JSON and prints a summary line.
+Stdlib only, so it runs with any Python 3.
+"""
+
+import argparse
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+
+
+def one_request(url, headers, body, timeout):
+    request = urllib.request.Request(url + "/v1/completions", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            payload = json.loads(response.read())
+            if response.status == 200 and payload.get("choices"):
+                return None
+            return f"HTTP {response.status} without a completion"
+    except urllib.error.HTTPError as err:
+        return f"HTTP {err.code}: {err.read()[:200]!r}"
+    except (OSError, ValueError) as err:
+        return f"{type(err).__name__}: {err}"
+
+
+def worker(args, headers, body, state, lock, stop):
+    while not stop.is_set():
+        started = time.time()
+        error = one_request(args.url, headers, body, args.timeout)
+        took = time.time() - started
+        with lock:
+            state["sent"] += 1
+            if error is None:
+                state["answered"] += 1
+                state["latencies"].append(took)
+            else:
+                state["failed"] += 1
+                state["failures"].append({"at": round(started - state["start"], 1), "error": error})
+
+
+def percentile(values, share):
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 3) if ordered else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--api-key-file", help="file holding the API key (kept off the command line)")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--stop-file")
+    parser.add_argument("--duration", type=float, default=3600)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    headers = {"Content-Type": "application/json"}
+    if args.api_key_file:
+        with open(args.api_key_file) as handle:
+            headers["Authorization"] = "Bearer " + handle.read().strip()
+    body = json.dumps(
+        {"model": args.model, "prompt": "The capital of France is", "max_tokens": args.max_tokens, "temperature": 0}
+    ).encode()
+    state = {"sent": 0, "answered": 0, "failed": 0, "latencies": [], "failures": [], "start": time.time()}
+    lock, stop = threading.Lock(), threading.Event()
+    threads = [
+        threading.Thread(target=worker, args=(args, headers, body, state, lock, stop), daemon=True)
+        for _ in range(args.concurrency)
+    ]
+    for thread in threads:
+        thread.start()
+    while time.time() - state["start"] < args.duration and not (args.stop_file and os.path.exists(args.stop_file)):
+        time.sleep(0.5)
+    stop.set()
+    for thread in threads:
+        thread.join(args.timeout + 5)
+    result = {
+        "url": args.url,
+        "seconds": round(time.time() - state["start"], 1),
+        "concurrency": args.concurrency,
+        "sent": state["sent"],
+        "answered": state["answered"],
+        "failed": state["failed"],
+        "latency_p50_s": percentile(state["latencies"], 0.5),
+        "latency_p95_s": percentile(state["latencies"], 0.95),
+        "failures": state["failures"][:50],
+    }
+    with open(args.out, "w") as handle:
+        json.dump(result, handle, indent=2)
+    print(
+        f"loadgen: {result['sent']} sent, {result['answered']} answered, {result['failed']} failed "
+        f"in {result['seconds']} s (p50 {result['latency_p50_s']} s, p95 {result['latency_p95_s']} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()
