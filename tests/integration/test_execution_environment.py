@@ -25,6 +25,6 @@ def test_ansible_builder_creates_the_build_context(tmp_path):
     collections = yaml.safe_load((build / "requirements.yml").read_text())["collections"]
     assert {c["name"] for c in collections} == {"ansible.posix", "community.general", "containers.podman"}
     python_reqs = (build / "requirements.txt").read_text()
-    pinned = {line for line in (REPO / "requirements.txt").read_text().splitlines() if line and not line[0] == "#"}
+    pinned = {line for line in (REPO / "requirements.txt").read_text().splitlines() if line and line[0] != "#"}
     for requirement in python_reqs.split():
         assert requirement in pinned, f"{requirement} differs from requirements.txt"

@@ -129,7 +129,7 @@ def test_patches_apply_in_order_once_and_are_recorded(tmp_path):
     result = run_patches(tmp_path, [first, second])
     assert result.returncode == 0, result.stdout[-2000:]
     assert (src / "kernel.cpp").read_text() == "int block = 32;\nint heads = 4;\n"
-    record = (src / ".vllm-fleet-patches").read_text().splitlines()
+    record = (src / ".vllm-fleet-patches").read_text().split(", ")
     assert [line.split()[0] for line in record] == ["01-backport.patch", "02-fix.patch"]
     assert "changed=0" not in result.stdout
     again = run_patches(tmp_path, [first, second])
