@@ -690,7 +690,7 @@ def parse_args():
     parser.add_argument("--requests", type=int, default=64, help="requests per concurrency level")
     parser.add_argument("--concurrency", default="1,4,16", help="comma-separated levels")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens every request generates")
-    parser.add_argument("--rounds", type=int, default=1, help="defaults+planned rounds; medians reported")
+    parser.add_argument("--rounds", type=int, default=3, help="defaults+planned rounds; medians reported")
     parser.add_argument("--health-timeout", type=int, default=900, help="seconds an instance may take to start")
     parser.add_argument(
         "--defaults-kv-cache",
