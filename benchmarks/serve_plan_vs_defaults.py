@@ -206,9 +206,16 @@ def ensure_converged():
         and podman("exec", CONTAINER, "sh", "-c", CONVERGED, check=False).returncode == 0
     ):
         return 0.0
-    log("serve-vllm is absent or not converged: molecule converge -s serve")
     env = dict(os.environ, PATH=f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     start = time.monotonic()
+    if podman("container", "exists", CONTAINER, check=False).returncode != 0:
+        # Molecule's state may still say "created" (another checkout's run destroyed the
+        # containers, which share the names): reset this scenario's state first. This removes
+        # only the serve scenario's containers, and serve-vllm is already gone.
+        log("serve-vllm is absent: molecule destroy -s serve (state only), then molecule converge -s serve")
+        subprocess.run(["molecule", "destroy", "-s", "serve"], cwd=REPO, env=env, check=True)
+    else:
+        log("serve-vllm is not converged: molecule converge -s serve")
     converge = subprocess.run(["molecule", "converge", "-s", "serve"], cwd=REPO, env=env)
     if converge.returncode != 0:
         # Other people edit the roles; what matters here is that the planned instance is
@@ -499,6 +506,12 @@ def build_running():
     return subprocess.run(["pgrep", "-f", "molecule test -s build"], capture_output=True).returncode == 0
 
 
+def serve_scenario_runs():
+    """Other processes running Molecule on a `serve` scenario (any checkout): they reuse our container names."""
+    found = subprocess.run(["pgrep", "-af", r"molecule .*-s serve\b"], capture_output=True, text=True).stdout
+    return "\n".join(line for line in found.splitlines() if not line.startswith(f"{os.getpid()} "))
+
+
 def other_containers():
     names = podman("ps", "--format", "{{.Names}}").stdout.split()
     return sorted(n for n in names if not n.startswith("serve-"))
@@ -707,18 +720,23 @@ def main():
     args = parse_args()
     started = datetime.now(UTC)
     t0 = time.monotonic()
+    busy = serve_scenario_runs()
+    if busy:
+        raise SystemExit("another serve scenario run would destroy or reconverge serve-vllm under us:\n" + busy)
+    converge_s = ensure_converged()
+    if converge_s:
+        log(f"converged in {converge_s:.0f} s (not part of the run time below)")
+        started = datetime.now(UTC)
+        t0 = time.monotonic()
+    container_id = podman("inspect", "-f", "{{.Id}}", CONTAINER).stdout.strip()
     meta = {
         "command": "PATH=$PWD/.venv/bin:$PATH python benchmarks/serve_plan_vs_defaults.py"
         + "".join(" " + shlex.quote(a) for a in sys.argv[1:]),
         "started": f"{started:%Y-%m-%d %H:%M}",
         "load_start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
         "build_at_start": build_running(),
-        "others_at_start": other_containers(),
     }
-    converge_s = ensure_converged()
-    if converge_s:
-        log(f"converged in {converge_s:.0f} s (not part of the run time below)")
-        t0 = time.monotonic()
+    others = set(other_containers())
     key, model = scenario_vars()
     plan, instance, unit, argv, affinity, env = planned_setup()
     kv_bytes = int(instance["kvcache_gib"] * 2**30) if args.defaults_kv_cache == "plan" else 0
@@ -748,7 +766,11 @@ def main():
             rounds["defaults"].append(result)
             result, journals["planned"] = run_planned(ctx, args)
             rounds["planned"].append(result)
+            others |= set(other_containers())
     finally:
+        same = podman("inspect", "-f", "{{.Id}}", CONTAINER, check=False).stdout.strip() == container_id
+        if not same:
+            raise SystemExit(f"{CONTAINER} was destroyed or recreated during the run (by another scenario run?)")
         # Leave the container as converged: the planned unit running, no benchmark unit.
         stop(DEFAULTS_UNIT)
         if sh(f"systemctl is-active {unit}", check=False).strip() != "active":
@@ -768,7 +790,7 @@ def main():
     }
     elapsed = time.monotonic() - t0
     build_at_end = build_running()
-    others = sorted(set(meta["others_at_start"]) | set(other_containers()))
+    others = sorted(others | set(other_containers()))
     meta["load_end"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     meta["duration"] = f"{elapsed // 60:.0f} min {elapsed % 60:.0f} s"
     meta["others"] = (
