@@ -392,7 +392,7 @@ def measure(name, unit, key, model, port, args):
     client("load", {**base, "prompts": prompts("warm1", 2), "concurrency": 1})
     levels = []
     for concurrency in args.concurrency:
-        load_before = loadavg()
+        load_before = float(loadavg())
         machine_before = machine_cpu_seconds()
         cpu_before = server_cpu_seconds()
         run = client("load", {**base, "prompts": prompts(f"c{concurrency}", args.requests), "concurrency": concurrency})
@@ -405,7 +405,7 @@ def measure(name, unit, key, model, port, args):
         if short:
             raise RuntimeError(f"{name}: requests generated {short[:3]} tokens, not {args.max_tokens}")
         level = summarize(run, concurrency)
-        level["load"] = f"{load_before}/{loadavg()}"
+        level["load_before"], level["load_after"] = load_before, float(loadavg())
         level["cpu_ms_per_token"] = (cpu_after - cpu_before) * 1000 / level["tokens"]
         # Everything else the machine ran meanwhile (other jobs, podman exec), % of all its CPUs.
         busy = machine_after[0] - machine_before[0]
@@ -573,7 +573,7 @@ def render(ctx, results, args, meta):
         "",
         f"Measured with `{meta['command']}` from the repo root, {meta['started']} UTC, {meta['duration']}"
         f" in all ({args.rounds} round{'s' if args.rounds > 1 else ''}; each instance's start-up"
-        " included). Container `serve-vllm` of the `serve` Molecule scenario (Debian 12,"
+        f" included{meta['converge']}). Container `serve-vllm` of the `serve` Molecule scenario (Debian 12,"
         f" `localhost/vllm-fleet/debian:12`) on the shared machine: {os.cpu_count()} CPUs ({cpu_model()}),"
         f" one NUMA node; load average {meta['load_start']} at the start, {meta['load_end']} at the end"
         f" ({meta['others']}). vLLM {meta['sw']['vllm']} (`{meta['sw']['dist']}` wheel from the"
@@ -654,7 +654,8 @@ def render(ctx, results, args, meta):
             lines.append(
                 f"| {concurrency} | {name} | {lv['req_s']:.2f} | {lv['tok_s']:.0f} | {lv['lat_p50']:.0f} |"
                 f" {lv['lat_p95']:.0f} | {lv['ttft_p50']:.0f} | {lv['ttft_p95']:.0f} | {lv['tpot']:.1f} |"
-                f" {fmt(lv.get('cpu_ms_per_token'), 2)} | {lv['others_pct']:.0f} | {lv['load']} |"
+                f" {fmt(lv.get('cpu_ms_per_token'), 2)} | {lv['others_pct']:.0f} |"
+                f" {lv['load_before']:.2f}/{lv['load_after']:.2f} |"
             )
     lines += ["", "Planned / defaults: " + "; ".join(ratio_text(results, i, c) for i, c in enumerate(args.concurrency))]
     warned = {name: warnings_of(results[name]["journal"]) for name in ("planned", "defaults")}
@@ -735,6 +736,7 @@ def main():
         "started": f"{started:%Y-%m-%d %H:%M}",
         "load_start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
         "build_at_start": build_running(),
+        "converge": f"; `molecule converge -s serve` before it took {converge_s:.0f} s" if converge_s else "",
     }
     others = set(other_containers())
     key, model = scenario_vars()
