@@ -33,30 +33,27 @@ _V0_32_BUILD_ENV = {
 
 _X86_BF16_ISAS = ["avx512_bf16", "avx512_vnni", "amx_bf16"]
 
-# Debian 12's gcc 12.2 builds 0.32.0/0.33.0 after two in-place edits of the
-# unpacked sdist (roles/vllm_build, opt-in vllm_build_gcc122_workaround):
-# lower cpu_extension.cmake's FATAL gcc check, and make the constexpr local
+# Debian 12's gcc 12.2 builds 0.32.0/0.33.0 with two patches (opt-in
+# vllm_build_gcc122_workaround), applied by roles/vllm_build through its patch
+# mechanism before the inventory's own vllm_build_patches: lower
+# cpu_extension.cmake's FATAL gcc check, and make the constexpr local
 # kBLOCK_H_MAX of sparse_mla_decode_kernel_impl (flash_mla.cpp:331, used as an
 # array bound inside its parallel_for lambda) `static constexpr`: gcc 12.2
 # otherwise dies there with an internal compiler error (flash_mla.cpp:349:27).
-# `regexp` must match an unpatched tree and `patched` a patched one: the role
-# fails when neither does, so a release whose source moved is never silently
-# mis-patched.
-_V0_32_GCC122_EDITS = [
+# `patch` is relative to roles/vllm_build/files/patches/; each applies without
+# fuzz or stops the build, so a release whose source moved is never built
+# half-patched.
+_V0_32_GCC122_PATCHES = [
     {
+        "patch": "gcc-12.2/01-x86-gcc-check-12.2.patch",
         "file": "cmake/cpu_extension.cmake",
         "why": 'FATAL_ERROR "X86 backend requires gcc/g++ >= 12.3" refuses gcc 12.2',
-        "regexp": r"CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12\.3\)\)",
-        "replace": "CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12.2))",
-        "patched": r"CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12\.2\)\)",
     },
     {
+        "patch": "gcc-12.2/02-flash-mla-static-constexpr.patch",
         "file": "csrc/cpu/sgl-kernels/flash_mla.cpp",
         "why": "gcc 12.2 internal compiler error (lookup_template_class_1) on a constexpr local of a function "
         "template used as an array bound inside its parallel_for lambda",
-        "regexp": r"(?m)^(\s+)constexpr int64_t kBLOCK_H_MAX = 16;(\n\s+const int64_t BLOCK_H = )",
-        "replace": r"\1static constexpr int64_t kBLOCK_H_MAX = 16;\2",
-        "patched": r"(?m)^\s+static constexpr int64_t kBLOCK_H_MAX = 16;\n\s+const int64_t BLOCK_H = ",
     },
 ]
 
@@ -104,8 +101,8 @@ _V0_32_COMMON = {
     "cxx_standard": 20,
     # oneDNN commit vLLM's CMake clones (FETCHCONTENT_SOURCE_DIR_ONEDNN replaces the clone).
     "onednn_version": "3.13",
-    # gcc major.minor -> source edits that let it build this release (see above).
-    "gcc_workarounds": {"12.2": _V0_32_GCC122_EDITS},
+    # gcc major.minor -> patches that let it build this release (see above).
+    "gcc_workarounds": {"12.2": _V0_32_GCC122_PATCHES},
 }
 
 RELEASES = {

@@ -101,11 +101,17 @@ def test_manifest_sits_next_to_the_wheel_and_is_not_a_wheel():
 
 
 def test_inputs_key_is_stable_and_sensitive():
-    inputs = {"version": "0.32.0", "build_class": "x86_64", "source_edits": ["a", "b"], "isa_env": {"X": "1"}}
+    inputs = {
+        "version": "0.32.0",
+        "build_class": "x86_64",
+        "patches": ["01-a.patch 12", "02-b.patch 34"],
+        "isa_env": {"X": "1"},
+    }
     key = build.vllm_build_inputs_key(inputs)
     assert re.fullmatch(r"[0-9a-f]{16}", key)
     assert build.vllm_build_inputs_key(dict(reversed(list(inputs.items())))) == key
-    assert build.vllm_build_inputs_key({**inputs, "source_edits": []}) != key
+    assert build.vllm_build_inputs_key({**inputs, "patches": ["01-a.patch 12"]}) != key
+    assert build.vllm_build_inputs_key({**inputs, "patches": list(reversed(inputs["patches"]))}) != key
 
 
 def test_manifest_ok():
@@ -133,63 +139,20 @@ def test_every_release_has_its_build_data(version):
     assert isinstance(info["gcc_workarounds"], dict)
 
 
-def test_gcc122_edits_only_where_gcc122_is_fatal():
+def test_gcc122_patches_only_where_gcc122_is_fatal():
     assert release_info("0.13.0")["gcc_workarounds"] == {}
     for version in ("0.32.0", "0.33.0"):
-        edits = release_info(version)["gcc_workarounds"]["12.2"]
-        assert [e["file"] for e in edits] == ["cmake/cpu_extension.cmake", "csrc/cpu/sgl-kernels/flash_mla.cpp"]
+        patches = release_info(version)["gcc_workarounds"]["12.2"]
+        assert [p["file"] for p in patches] == ["cmake/cpu_extension.cmake", "csrc/cpu/sgl-kernels/flash_mla.cpp"]
 
 
-# The lines as they are in the 0.32.0 and 0.33.0 sdists (docs/vllm-releases.md).
-CMAKE_CHECK = (
-    '    if (NOT (CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND\n'
-    "            CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12.3))\n"
-    '        message(FATAL_ERROR "X86 backend requires gcc/g++ >= 12.3")\n'
-)
-FLASH_MLA = (
-    "  // partition heads\n"
-    "  constexpr int64_t kBLOCK_H_MAX = 16;\n"
-    "  const int64_t BLOCK_H = (batches * s_q) >= 16 ? kBLOCK_H_MAX : 8;\n"
-    "  const int64_t num_h_blocks = div_up(num_heads, BLOCK_H);\n"
-    "  // AMX/VNNI path: flatten (batch, s_q) -> batches = num_tokens, s_q = 1.\n"
-    "  constexpr int64_t BLOCK_N = 128;  // multiple of 32 for AMX brgemm\n"
-    "  constexpr int64_t kBLOCK_H_MAX = 16;\n"
-    '  static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32");\n'
-)
-
-
-@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
-def test_gcc122_edits_apply_once_and_are_recognised(version):
-    texts = {"cmake/cpu_extension.cmake": CMAKE_CHECK, "csrc/cpu/sgl-kernels/flash_mla.cpp": FLASH_MLA}
-    for edit in release_info(version)["gcc_workarounds"]["12.2"]:
-        original = texts[edit["file"]]
-        # ansible.builtin.replace compiles with re.MULTILINE.
-        pattern = re.compile(edit["regexp"], re.MULTILINE)
-        assert len(pattern.findall(original)) == 1
-        assert not re.search(edit["patched"], original)
-        patched = pattern.sub(edit["replace"], original)
-        assert re.search(edit["patched"], patched)
-        assert not pattern.search(patched)  # a second run changes nothing
-    # Only the function template's constant is edited, not the entry point's one of the same name.
-    edit = release_info(version)["gcc_workarounds"]["12.2"][1]
-    patched = re.sub(edit["regexp"], edit["replace"], FLASH_MLA, flags=re.MULTILINE)
-    assert patched.count("static constexpr int64_t kBLOCK_H_MAX") == 1
-    assert "  constexpr int64_t kBLOCK_H_MAX = 16;\n  static_assert" in patched
-    patched_cmake = re.sub(
-        release_info(version)["gcc_workarounds"]["12.2"][0]["regexp"],
-        release_info(version)["gcc_workarounds"]["12.2"][0]["replace"],
-        CMAKE_CHECK,
-    )
-    assert "VERSION_GREATER_EQUAL 12.2))" in patched_cmake
-
-
-def test_a_moved_source_matches_neither_form():
-    moved = FLASH_MLA.replace(
-        "constexpr int64_t kBLOCK_H_MAX = 16;\n  const", "constexpr int64_t kBlockHMax = 16;\n  const"
-    )
-    edit = release_info("0.32.0")["gcc_workarounds"]["12.2"][1]
-    assert not re.search(edit["regexp"], moved, re.MULTILINE)
-    assert not re.search(edit["patched"], moved)
+@pytest.mark.parametrize("entry", release_info("0.32.0")["gcc_workarounds"]["12.2"], ids=lambda e: e["patch"])
+def test_each_gcc122_patch_is_a_file_that_changes_the_file_it_names(entry):
+    text = (ROLE / "files" / "patches" / entry["patch"]).read_text()
+    # patch(1) reads everything before the first ---/+++ pair as commentary: the why lives there.
+    assert "Why:" in text.split("\n--- ", 1)[0]
+    assert re.findall(r"^\+\+\+ b/(\S+)$", text, re.MULTILINE) == [entry["file"]]
+    assert entry["why"]
 
 
 # ---- helpers run on the builder --------------------------------------------
