@@ -48,7 +48,9 @@ def worker(args, headers, body, state, lock, stop):
                 state["latencies"].append(took)
             else:
                 state["failed"] += 1
-                state["failures"].append({"at": round(started - state["start"], 1), "error": error})
+                state["failures"].append(
+                    {"at": round(started - state["start"], 1), "epoch": round(started, 1), "error": error}
+                )
 
 
 def percentile(values, share):
@@ -91,6 +93,7 @@ def main():
         thread.join(args.timeout + 5)
     result = {
         "url": args.url,
+        "started_at": round(state["start"], 1),
         "seconds": round(time.time() - state["start"], 1),
         "concurrency": args.concurrency,
         "sent": state["sent"],
