@@ -139,9 +139,10 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
     cases = {
         # host: (its one mistake, words its message must contain)
         "unknown-version": ({"vllm_version": "0.99.0"}, ["vllm_version", "not supported", "set it to one of"]),
+        # The artifact store may still be empty (site.yml's build play fills it); a named wheel must exist.
         "no-wheel": (
-            {"vllm_install_artifacts_dir": str(tmp_path / "empty")},
-            ["vllm_install_source is wheel", "no vllm-0.32.0", "Build it first"],
+            {"vllm_install_wheel_file": str(tmp_path / "missing" / "vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.whl")},
+            ["vllm_install_source is wheel", "does not exist", "Build it first"],
         ),
         "offline-cpu": (
             {"vllm_plan_omp_threads_bind": ["1-3,999"]},
