@@ -7,13 +7,15 @@ Run from the repo root, e.g. the cold build of the `build` scenario:
 
 Samples /proc twice a second (container processes are visible from the host)
 and keeps, for every compiler process (cc1plus, cc1, ld): its peak resident
-memory (VmHWM, so a peak between two samples is still seen) and, over time,
+memory (VmHWM, so a peak between two samples is still seen), the file it
+compiles (the five largest are named in the result) and, over time,
 the largest sum of the compilers' resident memory and the most compilers
 running at once. Wall time and the command's exit code are recorded too.
 The JSON it writes is what docs/benchmarks.md quotes.
 """
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -41,7 +43,19 @@ def read_status(pid):
     return name, kib("VmRSS"), kib("VmHWM")
 
 
-def sample(peaks):
+def source_file(pid):
+    """The file a compiler process compiles (gcc passes it to cc1plus as -dumpbase), or ''."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    for flag, value in itertools.pairwise(argv):
+        if flag == b"-dumpbase":
+            return value.decode(errors="replace")
+    return ""
+
+
+def sample(peaks, sources):
     """One pass over /proc: update per-process peaks, return (count, rss sum)."""
     count = 0
     total = 0
@@ -55,6 +69,8 @@ def sample(peaks):
         count += 1
         total += rss
         key = (entry.name, name)
+        if key not in peaks:
+            sources[key] = source_file(entry.name)
         peaks[key] = max(peaks.get(key, 0), hwm)
     return count, total
 
@@ -70,6 +86,7 @@ def main():
         parser.error("give the command to run after --")
 
     peaks = {}
+    sources = {}
     max_jobs = 0
     max_total = 0
     started = time.time()
@@ -77,7 +94,7 @@ def main():
     last_compiler = None
     proc = subprocess.Popen(command)
     while proc.poll() is None:
-        count, total = sample(peaks)
+        count, total = sample(peaks, sources)
         if count:
             now = time.time()
             first_compiler = first_compiler or now
@@ -103,6 +120,10 @@ def main():
         "job_peak_p50_gib": round(compile_peaks[len(compile_peaks) // 2] / GIB, 3) if compile_peaks else 0,
         "job_peak_p95_gib": round(compile_peaks[len(compile_peaks) // 20] / GIB, 3) if compile_peaks else 0,
         "jobs_over_2_gib": sum(1 for v in compile_peaks if v > 2 * GIB),
+        "largest_jobs": [
+            {"source": sources.get(key, ""), "peak_gib": round(value / GIB, 3)}
+            for key, value in sorted(peaks.items(), key=lambda item: item[1], reverse=True)[:5]
+        ],
         "load_average_at_end": os.getloadavg(),
         "cpus": os.cpu_count(),
     }

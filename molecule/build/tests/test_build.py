@@ -17,7 +17,6 @@ REPO = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 ARTIFACTS = REPO / ".cache" / "artifacts" / "x86_64"
 BUILDER = "build-debian12"
 VENV = "/opt/vllm/0.32.0-x86_64"
-API_KEY = "build-scenario-key"
 PATCHES = [
     "01-01-x86-gcc-check-12.2.patch",
     "02-02-flash-mla-static-constexpr.patch",
@@ -72,10 +71,24 @@ def test_vllm_version_reports_the_built_version(host, built_version):
     assert out.strip().splitlines()[-1] == built_version
 
 
-def test_compiled_extensions_load(host):
+# The three libraries are builds of one torch library, `_C`, for different
+# ISAs (AVX512 with BF16/VNNI/AMX, AVX512, AVX2). A process holds one of them:
+# vLLM's CPU platform picks it (import_kernels); a second one aborts the process.
+@pytest.mark.parametrize("library", ["_C", "_C_AVX512", "_C_AVX2"])
+def test_each_kernel_library_loads_and_registers_the_ops(host, library):
     script = (
-        "import torch, importlib; "
-        "[importlib.import_module(m) for m in ('vllm._C', 'vllm._C_AVX512', 'vllm._C_AVX2')]; "
-        "print(torch.__version__)"
+        "import glob, importlib.util, torch; "
+        "pkg = importlib.util.find_spec('vllm').submodule_search_locations[0]; "
+        f"torch.ops.load_library(glob.glob(pkg + '/{library}.*.so')[0]); "
+        "print(torch.ops._C.silu_and_mul.default.name())"
     )
-    assert host.check_output(f'{VENV}/bin/python -c "{script}"').strip() == "2.13.0+cpu"
+    assert host.check_output(f'{VENV}/bin/python -c "{script}"').strip() == "_C::silu_and_mul"
+
+
+def test_vllm_loads_the_kernels_for_this_cpu_next_to_the_cpu_torch(host):
+    script = (
+        "import torch; from vllm.platforms import current_platform; current_platform.import_kernels(); "
+        "print(torch.ops._C.silu_and_mul.default.name(), torch.__version__)"
+    )
+    out = host.check_output(f'{VENV}/bin/python -c "{script}"')
+    assert out.strip().splitlines()[-1] == "_C::silu_and_mul 2.13.0+cpu"
