@@ -1,37 +1,21 @@
 """What each supported vLLM release needs and means on CPU: the one version table.
 
-Every fact below was read from the release's sdist; docs/vllm-releases.md cites
-file and line for each. Roles, preflight and the planner ask this module;
-nobody else compares version strings.
+The rows live in vllm_cpu_releases.json beside this module, generated from each
+release's own sdist by the release probe (vllm_cpu_release_probe.py,
+tools/vllm_release_probe.py) and checked against the sdists by
+tests/integration/test_release_table.py; docs/vllm-releases.md cites file and
+line for every change of meaning. What is not in a release's source (the
+patches this project carries for old compilers) is added here. An inventory
+adds or replaces rows with ``vllm_release_overrides`` ({version: row}, the
+probe's ``--as-inventory`` output), validated like a built-in row. Roles,
+preflight and the planner ask this module; nobody else compares version strings.
 """
 
+import contextlib
 import copy
+import json
 import re
-
-# 0.13 compiles only the ISA level it finds in the builder's /proc/cpuinfo; these
-# variables force extensions on (cross-building), nothing can force one off except
-# VLLM_CPU_DISABLE_AVX512=true, which drops the whole AVX512 block.
-_V0_13_X86_BUILD_ENV = {
-    "x86_64-amx": {"VLLM_CPU_AVX512BF16": "1", "VLLM_CPU_AVX512VNNI": "1", "VLLM_CPU_AMXBF16": "1"},
-    "x86_64-avx512bf16": {"VLLM_CPU_AVX512BF16": "1", "VLLM_CPU_AVX512VNNI": "1"},
-    "x86_64-avx512vnni": {"VLLM_CPU_AVX512VNNI": "1"},
-    "x86_64-avx512": {},
-    "x86_64-avx2": {"VLLM_CPU_DISABLE_AVX512": "true"},
-    "aarch64-bf16": {},
-    "aarch64-neon": {},
-}
-
-# 0.32+ builds one x86 wheel holding _C (AMX/AVX512-BF16/VNNI), _C_AVX512 and
-# _C_AVX2 and imports the best one at run time; Arm still follows the builder's
-# cpuinfo unless VLLM_CPU_ARM_BF16 / VLLM_CPU_ARM_I8MM force the extension on.
-_V0_32_BUILD_ENV = {
-    "x86_64": {},
-    "aarch64-bf16-i8mm": {"VLLM_CPU_ARM_BF16": "1", "VLLM_CPU_ARM_I8MM": "1"},
-    "aarch64-bf16": {"VLLM_CPU_ARM_BF16": "1"},
-    "aarch64-neon": {},
-}
-
-_X86_BF16_ISAS = ["avx512_bf16", "avx512_vnni", "amx_bf16"]
+from pathlib import Path
 
 # Debian 12's gcc 12.2 builds 0.32.0/0.33.0 with two patches (opt-in
 # vllm_build_gcc122_workaround), applied by roles/vllm_build through its patch
@@ -57,126 +41,32 @@ _V0_32_GCC122_PATCHES = [
     },
 ]
 
-_V0_32_COMMON = {
-    "min_gcc": "12.3",
-    "min_cmake": "3.26.1",
-    "gcc_below_min": "fatal",
-    "isas_dropped_below_min": [],
-    # Arm, s390x: cpu_extension.cmake has no compiler check for them.
-    "gcc_by_arch": {
-        "x86_64": {"below_min": "fatal", "isas_dropped": []},
-        "aarch64": {"below_min": "degrade", "isas_dropped": []},
-        "s390x": {"below_min": "degrade", "isas_dropped": []},
-    },
-    "universal_x86_wheel": True,
-    "build_isa_env": _V0_32_BUILD_ENV,
-    "env_vars": [
-        "VLLM_CPU_KVCACHE_SPACE",
-        "VLLM_CPU_OMP_THREADS_BIND",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU",
-        "VLLM_CPU_ATTN_SPLIT_KV",
-        "VLLM_CPU_INT4_W4A8",
-        "VLLM_CPU_CI_ENV",
-        "VLLM_CPU_SIM_MULTI_NUMA",
-    ],
-    "reserved_cpus_scope": "total",
-    "auto_bind": {
-        "x86_64": "highest-numbered sibling of each core",
-        "aarch64": "every logical CPU",
-        "reserved": "VLLM_CPU_NUM_OF_RESERVED_CPU in total (default: one per local rank), "
-        "taken from the highest-numbered bound CPUs, last rank first",
-    },
-    "kvcache_unset": "--gpu-memory-utilization (default 0.92) x node MemTotal minus the worker's RSS",
-    "has_sgl_kernel": False,
-    "sgl_kernels_automatic_with_amx": True,
-    "preloads_tcmalloc": True,
-    "tcmalloc_bundled_from_builder": True,
-    "preloads_iomp": False,
-    "preloads_libgomp": ["x86_64", "aarch64", "s390x", "ppc64le"],
-    "build_requirements": "requirements/build/cpu.txt",
-    "runtime_requirements": "requirements/cpu.txt",
-    # Pinned by a GitHub URL: unreachable from air-gapped builders.
-    "runtime_requirements_github_urls": ["triton (triton-cpu 3.8.0)"],
-    "python_versions": ["3.11", "3.12", "3.13", "3.14"],
-    "cxx_standard": 20,
-    # oneDNN commit vLLM's CMake clones (FETCHCONTENT_SOURCE_DIR_ONEDNN replaces the clone).
-    "onednn_version": "3.13",
-    # gcc major.minor -> patches that let it build this release (see above).
-    "gcc_workarounds": {"12.2": _V0_32_GCC122_PATCHES},
+_ROWS_FILE = Path(__file__).with_name("vllm_cpu_releases.json")
+with open(_ROWS_FILE, encoding="utf-8") as _handle:
+    _ROWS = json.load(_handle)
+
+# gcc major.minor -> patches that let it build the release (see above); not in
+# any sdist, so not derived by the probe. Checked by tests/integration/test_build_patches.py.
+GCC_WORKAROUNDS = {
+    "0.31.0": {"12.2": _V0_32_GCC122_PATCHES},
+    "0.32.0": {"12.2": _V0_32_GCC122_PATCHES},
+    "0.33.0": {"12.2": _V0_32_GCC122_PATCHES},
 }
 
 RELEASES = {
-    "0.13.0": {
-        "version": "0.13.0",
-        "min_gcc": "12.3",
-        "min_cmake": "3.26.1",
-        "gcc_below_min": "degrade",
-        "isas_dropped_below_min": _X86_BF16_ISAS,
-        "gcc_by_arch": {
-            "x86_64": {"below_min": "degrade", "isas_dropped": _X86_BF16_ISAS},
-            "aarch64": {"below_min": "degrade", "isas_dropped": []},
-            "s390x": {"below_min": "degrade", "isas_dropped": []},
-        },
-        "universal_x86_wheel": False,
-        "build_isa_env": _V0_13_X86_BUILD_ENV,
-        "env_vars": [
-            "VLLM_CPU_KVCACHE_SPACE",
-            "VLLM_CPU_OMP_THREADS_BIND",
-            "VLLM_CPU_NUM_OF_RESERVED_CPU",
-            "VLLM_CPU_SGL_KERNEL",
-            "VLLM_CPU_CI_ENV",
-        ],
-        "reserved_cpus_scope": "per_rank",
-        "auto_bind": {
-            "x86_64": "highest-numbered sibling of each core",
-            "aarch64": "none (auto means nobind on Arm)",
-            "reserved": "VLLM_CPU_NUM_OF_RESERVED_CPU per rank (default 0 when world_size is 1, "
-            "else 1), taken from the highest-numbered CPUs of each rank",
-        },
-        "kvcache_unset": "50% of total RAM divided by the number of NUMA nodes",
-        "has_sgl_kernel": True,
-        "sgl_kernels_automatic_with_amx": False,
-        "preloads_tcmalloc": False,
-        "tcmalloc_bundled_from_builder": False,
-        "preloads_iomp": False,
-        "preloads_libgomp": ["aarch64", "ppc64le"],
-        "build_requirements": "requirements/cpu-build.txt",
-        "runtime_requirements": "requirements/cpu.txt",
-        "runtime_requirements_github_urls": [],
-        "torch_version": "2.9.1",
-        "python_versions": ["3.10", "3.11", "3.12", "3.13"],
-        "cxx_standard": 17,
-        "onednn_version": None,  # not recorded
-        # gcc 12.2 builds 0.13.0 unedited (degraded: see isas_dropped_below_min).
-        "gcc_workarounds": {},
-        "sdist_sha256": "4ad43db45fef37114b550d03a4f423fb3fa3a31d8bc09ee810ef8b9cdcd4b5fe",
-        "git_tag": "v0.13.0",
-    },
-    # Same CPU knobs, build files, compiler check and torch pin as 0.32.0
-    # (sdist diff: source paths of some kernels, setuptools pin, Python 3.10).
-    "0.31.0": dict(
-        _V0_32_COMMON,
-        version="0.31.0",
-        torch_version="2.13.0",
-        python_versions=["3.10", "3.11", "3.12", "3.13", "3.14"],
-        sdist_sha256="dde46f1efbe846e5bd0c5c4ec6ec71842c42254c7ff3d9bebb2a57028715d380",
-        git_tag="v0.31.0",
-    ),
-    "0.32.0": dict(
-        _V0_32_COMMON,
-        version="0.32.0",
-        torch_version="2.13.0",
-        sdist_sha256="d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad",
-        git_tag="v0.32.0",
-    ),
-    "0.33.0": dict(
-        _V0_32_COMMON,
-        version="0.33.0",
-        torch_version="2.14.0",
-        sdist_sha256="f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112",
-        git_tag="v0.33.0",
-    ),
+    version: dict(row, gcc_workarounds=copy.deepcopy(GCC_WORKAROUNDS.get(version, {})))
+    for version, row in _ROWS.items()
 }
+
+PROBE_COMMAND = "python tools/vllm_release_probe.py {version} --as-inventory > group_vars/all/vllm_release.yml"
+OVERRIDES_VARIABLE = "vllm_release_overrides"
+
+# The row format: key -> check(value) returning an error text or None.
+_ARCHES = ("x86_64", "aarch64", "s390x")
+_ENV_TYPES = ("int", "bool", "str")
+_ENV_EXTRA = {"scope": ("per_rank", "total"), "unset": ("half_of_ram_per_node", "gpu_memory_utilization")}
+_SERVE = ("vllm serve", "python -m vllm.entrypoints.openai.api_server")
+
 
 # What to install when the compiler is too old; Debian 12's only gcc is 12.2.
 GCC_FIX = (
@@ -186,33 +76,213 @@ GCC_FIX = (
 
 
 class UnknownReleaseError(ValueError):
-    """The requested vLLM version is not in RELEASES."""
+    """The requested vLLM version is in neither RELEASES nor the inventory's overrides."""
 
 
-def supported_versions():
-    return sorted(RELEASES, key=_version_tuple)
+class InvalidReleaseRowError(ValueError):
+    """A row of vllm_release_overrides is not in the table's format."""
+
+    def __init__(self, problems):
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
 
 
-def normalize_version(version):
+# ----------------------------------------------------------------- the row format
+
+
+def _is_str(value):
+    return isinstance(value, str) and value != ""
+
+
+def _str_list(value):
+    return isinstance(value, list) and all(_is_str(item) for item in value)
+
+
+def _str_map(value):
+    return isinstance(value, dict) and all(_is_str(k) and isinstance(v, str) for k, v in value.items())
+
+
+def _check_gcc_by_arch(value):
+    if not isinstance(value, dict) or not value:
+        return "a dict {arch: {below_min, isas_dropped}}"
+    for arch, policy in value.items():
+        if (
+            not isinstance(policy, dict)
+            or set(policy) != {"below_min", "isas_dropped"}
+            or policy["below_min"] not in ("fatal", "degrade")
+            or not _str_list(policy["isas_dropped"])
+        ):
+            return f"{arch}: {{below_min: fatal|degrade, isas_dropped: [isa, ...]}}"
+    missing = [arch for arch in _ARCHES if arch not in value]
+    return f"no policy for {', '.join(missing)}" if missing else None
+
+
+def _check_env_vars(value):
+    if not isinstance(value, dict) or not value:
+        return "a dict {VLLM_CPU_NAME: {type, default}}"
+    for name, spec in value.items():
+        if not isinstance(name, str) or not name.startswith("VLLM_CPU_"):
+            return f"{name!r} is not a VLLM_CPU_* name"
+        if not isinstance(spec, dict) or spec.get("type") not in _ENV_TYPES:
+            return f"{name}: type must be one of {', '.join(_ENV_TYPES)}"
+        if "default" not in spec or not (spec["default"] is None or isinstance(spec["default"], str)):
+            return f"{name}: default must be a string or null"
+        for key, item in spec.items():
+            if key in ("type", "default", "choices"):
+                continue
+            if key not in _ENV_EXTRA or item not in _ENV_EXTRA[key]:
+                allowed = ", ".join(f"{k}: {'|'.join(v)}" for k, v in _ENV_EXTRA.items())
+                return f"{name}: unknown {key}: {item!r} (known: {allowed})"
+    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND"):
+        if name not in value:
+            return f"no {name} (every release reads it; the plan sets it)"
+    return None
+
+
+def _check_build_isa_env(value):
+    if not isinstance(value, dict) or not value:
+        return "a dict {wheel class: {VARIABLE: value}}"
+    bad = [name for name, env in value.items() if not _is_str(name) or not _str_map(env)]
+    return f"not a dict of strings: {', '.join(map(str, bad))}" if bad else None
+
+
+def _check_gcc_workarounds(value):
+    if not isinstance(value, dict):
+        return "a dict {gcc major.minor: [{patch, file, why}]}"
+    for gcc, patches in value.items():
+        if not re.fullmatch(r"\d+\.\d+", str(gcc)) or not isinstance(patches, list):
+            return f"{gcc!r}: a gcc major.minor and a list of patches"
+        if not all(isinstance(p, dict) and _is_str(p.get("patch")) and _is_str(p.get("file")) for p in patches):
+            return f"{gcc}: each patch needs patch and file"
+    return None
+
+
+_VERSION_RE = r"\d+\.\d+\.\d+"
+ROW_FORMAT = {
+    "version": lambda v: None if isinstance(v, str) and re.fullmatch(_VERSION_RE, v) else "X.Y.Z",
+    "git_tag": lambda v: None if _is_str(v) else "a git tag, e.g. v0.34.0",
+    "sdist_sha256": lambda v: None if v is None or (isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v))
+    else "64 lowercase hex digits or null",
+    "torch_version": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+(\.\d+)?", v)
+    else "a torch version such as 2.14.0 (without +cpu)",
+    "python_versions": lambda v: None if v and _str_list(v) and all(re.fullmatch(r"3\.\d+", p) for p in v)
+    else 'a list such as ["3.11", "3.12"]',
+    "min_gcc": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+", v) else "major.minor, e.g. 12.3",
+    "min_cmake": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)*", v) else "e.g. 3.26.1",
+    "gcc_below_min": lambda v: None if v in ("fatal", "degrade") else "fatal or degrade",
+    "gcc_by_arch": _check_gcc_by_arch,
+    "universal_x86_wheel": lambda v: None if isinstance(v, bool) else "true or false",
+    "build_isa_env": _check_build_isa_env,
+    "env_vars": _check_env_vars,
+    "has_sgl_kernel": lambda v: None if isinstance(v, bool) else "true or false",
+    "build_requirements": lambda v: None if _is_str(v) else "a path inside the source, e.g. requirements/build/cpu.txt",
+    "runtime_requirements": lambda v: None if _is_str(v) else "a path inside the source, e.g. requirements/cpu.txt",
+    "runtime_requirements_github_urls": lambda v: None if isinstance(v, list) and all(map(_is_str, v))
+    else "a list of strings",
+    "serve_entrypoint": lambda v: None if v in _SERVE else " or ".join(_SERVE),
+    "preloads_tcmalloc": lambda v: None if isinstance(v, bool) else "true or false",
+    "preloads_iomp": lambda v: None if isinstance(v, bool) else "true or false",
+    "gcc_workarounds": _check_gcc_workarounds,
+}
+# Keys a row may leave out, with their value then.
+ROW_OPTIONAL = {"gcc_workarounds": {}}
+
+
+def validate_row(version, row, where=OVERRIDES_VARIABLE):
+    """Every problem with one row ([] when it is in the table's format)."""
+    name = f"{where}[{version!r}]"
+    fix = f"fix: regenerate the row with `{PROBE_COMMAND.format(version=version)}`"
+    if not isinstance(row, dict):
+        return [f"{name}: not a dict of the release table's keys; {fix}"]
+    problems = []
+    for key in sorted(set(ROW_FORMAT) - set(row) - set(ROW_OPTIONAL)):
+        problems.append(f"{name}: missing key {key}; {fix}")
+    for key in sorted(set(row) - set(ROW_FORMAT)):
+        problems.append(f"{name}: unknown key {key} (known: {', '.join(ROW_FORMAT)}); {fix}")
+    for key, check in ROW_FORMAT.items():
+        if key in row:
+            error = check(row[key])
+            if error:
+                problems.append(f"{name}.{key}: {row[key]!r} is not valid: expected {error}; {fix}")
+    if isinstance(row.get("version"), str) and row["version"] != version:
+        problems.append(f"{name}.version: {row['version']!r} differs from the key {version!r}; {fix}")
+    if not problems and row["has_sgl_kernel"] != ("VLLM_CPU_SGL_KERNEL" in row["env_vars"]):
+        problems.append(f"{name}.has_sgl_kernel: must be true exactly when env_vars has VLLM_CPU_SGL_KERNEL; {fix}")
+    if not problems and row["gcc_below_min"] != row["gcc_by_arch"]["x86_64"]["below_min"]:
+        problems.append(f"{name}.gcc_below_min: must equal gcc_by_arch.x86_64.below_min; {fix}")
+    return problems
+
+
+# ----------------------------------------------------------------- overrides
+
+_ACTIVE_OVERRIDES = [None]
+
+
+def _strip_v(text):
+    text = str(text).strip()
+    return text[1:] if text[:1] in ("v", "V") else text
+
+
+def table(overrides=None):
+    """The built-in rows with the inventory's validated overrides merged over them (a row replaces a row)."""
+    overrides = _ACTIVE_OVERRIDES[-1] if overrides is None else overrides
+    if not overrides:
+        return RELEASES
+    if not isinstance(overrides, dict):
+        fix = f"fix: generate it with `{PROBE_COMMAND.format(version='X.Y.Z')}`"
+        raise InvalidReleaseRowError([f"{OVERRIDES_VARIABLE}: {type(overrides).__name__} is not a dict; {fix}"])
+    merged = dict(RELEASES)
+    problems = []
+    for key, row in overrides.items():
+        version = _strip_v(key)
+        if isinstance(row, dict) and "version" in row:
+            row = dict(row, version=_strip_v(row["version"]))
+        found = validate_row(version, row)
+        if found:
+            problems.extend(found)
+            continue
+        merged[version] = dict(copy.deepcopy(ROW_OPTIONAL), **copy.deepcopy(row))
+    if problems:
+        raise InvalidReleaseRowError(problems)
+    return merged
+
+
+@contextlib.contextmanager
+def release_overrides(overrides):
+    """Within the block, every lookup here also sees ``overrides`` (for callers that cannot pass them)."""
+    table(overrides or {})  # validate before anything reads them
+    _ACTIVE_OVERRIDES.append(overrides or {})
+    try:
+        yield
+    finally:
+        _ACTIVE_OVERRIDES.pop()
+
+
+def supported_versions(overrides=None):
+    return sorted(table(overrides), key=_version_tuple)
+
+
+def normalize_version(version, overrides=None):
     """Return "0.32.0" for "0.32.0", "v0.32.0" or " V0.32.0 "; raise for the rest."""
-    text = str(version).strip()
-    if text[:1] in ("v", "V"):
-        text = text[1:]
-    if text not in RELEASES:
+    text = _strip_v(version)
+    if text not in table(overrides):
         raise UnknownReleaseError(
-            f"vLLM version {version!r} is not supported; supported versions: {', '.join(supported_versions())}"
+            f"vLLM version {version!r} is not supported; supported versions: "
+            f"{', '.join(supported_versions(overrides))}; for a newer tag, derive its row from the release's "
+            f"source without a code change: `{PROBE_COMMAND.format(version=text or 'X.Y.Z')}` "
+            f"(sets {OVERRIDES_VARIABLE})"
         )
     return text
 
 
-def release_info(version):
+def release_info(version, overrides=None):
     """Return a copy of the release dict for ``version`` (callers may mutate it)."""
-    return copy.deepcopy(RELEASES[normalize_version(version)])
+    return copy.deepcopy(table(overrides)[normalize_version(version, overrides)])
 
 
-def build_class(version, facts):
+def build_class(version, facts, overrides=None):
     """The wheel class a host needs: hosts with equal classes share one wheel."""
-    release = RELEASES[normalize_version(version)]
+    release = table(overrides)[normalize_version(version, overrides)]
     arch = facts["arch"]
     if arch == "x86_64" and release["universal_x86_wheel"]:
         return "x86_64"
@@ -222,9 +292,10 @@ def build_class(version, facts):
     return facts["isa_class"]
 
 
-def build_isa_env(version, wheel_class):
+def build_isa_env(version, wheel_class, overrides=None):
     """The release's ISA build variables for a wheel class ({} when it has none)."""
-    return dict(RELEASES[normalize_version(version)]["build_isa_env"].get(wheel_class, {}))
+    release = table(overrides)[normalize_version(version, overrides)]
+    return dict(release["build_isa_env"].get(wheel_class, {}))
 
 
 def _version_tuple(text):
@@ -235,13 +306,13 @@ def _version_tuple(text):
     return tuple(int(part or 0) for part in match.groups())
 
 
-def compiler_verdict(vllm_version, gcc_version, isa, arch, accept_degraded=False, host=""):
+def compiler_verdict(vllm_version, gcc_version, isa, arch, accept_degraded=False, host="", overrides=None):
     """Decide whether gcc ``gcc_version`` can build ``vllm_version`` for this host.
 
     Returns {ok, severity ("ok"|"degraded"|"fatal"), min_gcc, missing_isas, message}.
     missing_isas are the host's own ISAs the build would silently leave out.
     """
-    release = RELEASES[normalize_version(vllm_version)]
+    release = table(overrides)[normalize_version(vllm_version, overrides)]
     min_gcc = release["min_gcc"]
     verdict = {"ok": True, "severity": "ok", "min_gcc": min_gcc, "missing_isas": [], "message": ""}
     if _version_tuple(gcc_version) >= _version_tuple(min_gcc):

@@ -94,7 +94,7 @@ def test_bind_override_is_taken_as_is():
 @pytest.mark.parametrize(
     ("options", "variable", "words"),
     [
-        ({"vllm_version": "0.99.0"}, "vllm_version", "0.13.0, 0.31.0, 0.32.0, 0.33.0"),
+        ({"vllm_version": "0.99.0"}, "vllm_version", "supported versions: 0.13.0, 0.14.0"),
         ({"omp_threads_bind": ["0-3,99"]}, "omp_threads_bind[0]", "does not exist or is offline"),
         ({"omp_threads_bind": ["0-3", "8"]}, "omp_threads_bind[1]", "same physical core"),
         ({"omp_threads_bind": ["0,8"]}, "omp_threads_bind[0]", "SMT siblings"),

@@ -1,57 +1,126 @@
-"""The release table holds what each vLLM sdist says (docs/vllm-releases.md cites the lines)."""
+"""The release table holds what each vLLM sdist says (docs/vllm-releases.md cites the lines).
+
+The rows themselves are checked against the sdists in tests/integration/test_release_table.py;
+here: the eras the table distinguishes, the row format, and vllm_release_overrides.
+"""
+
+import copy
 
 import pytest
+from ansible.module_utils.vllm_cpu_planner import plan
 from ansible.module_utils.vllm_cpu_releases import (
     RELEASES,
+    ROW_FORMAT,
+    InvalidReleaseRowError,
     UnknownReleaseError,
     build_class,
     build_isa_env,
     compiler_verdict,
     release_info,
+    release_overrides,
+    supported_versions,
+    table,
+    validate_row,
 )
 
 SPR_ISA = {"avx2": True, "avx512f": True, "avx512_bf16": True, "avx512_vnni": True, "amx_bf16": True}
 ICX_ISA = {"avx2": True, "avx512f": True, "avx512_vnni": True}
 AVX2_ISA = {"avx2": True}
 ARM_ISA = {"asimd": True, "bf16": True, "i8mm": True}
-REQUIRED_KEYS = {
-    "version", "min_gcc", "gcc_below_min", "isas_dropped_below_min", "universal_x86_wheel", "build_isa_env",
-    "env_vars", "reserved_cpus_scope", "has_sgl_kernel", "preloads_tcmalloc", "preloads_iomp",
-    "build_requirements", "runtime_requirements", "torch_version", "python_versions",
+# Keys no code reads any more (issue 14); the probe prints the facts some of them held.
+REMOVED_KEYS = {
+    "auto_bind", "kvcache_unset", "cxx_standard", "onednn_version", "isas_dropped_below_min",
+    "reserved_cpus_scope", "sgl_kernels_automatic_with_amx", "tcmalloc_bundled_from_builder", "preloads_libgomp",
 }  # fmt: skip
 
 
+def _key(version):
+    return tuple(int(p) for p in version.split("."))
+
+
+def _from(version):
+    """Every table release at or after ``version``."""
+    return [v for v in RELEASES if _key(v) >= _key(version)]
+
+
+def _before(version):
+    return [v for v in RELEASES if _key(v) < _key(version)]
+
+
+def test_table_covers_every_release_with_an_sdist():
+    # 0.15.0 and 0.15.1 were published as wheels only: no sdist to derive a row from.
+    assert supported_versions() == [
+        "0.13.0", "0.14.0", "0.14.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1",
+        "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
+        "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("version", sorted(RELEASES))
-def test_every_release_has_the_documented_keys(version):
-    assert set(release_info(version)) >= REQUIRED_KEYS
-    assert release_info(version)["version"] == version
+def test_every_row_is_in_the_table_format(version):
+    info = release_info(version)
+    assert validate_row(version, info) == []
+    assert set(info) == set(ROW_FORMAT)
+    assert not set(info) & REMOVED_KEYS
+    assert info["version"] == version and info["git_tag"] == f"v{version}"
+    assert len(info["sdist_sha256"]) == 64
 
 
 def test_v0_13_facts():
     info = release_info("0.13.0")
     assert info["torch_version"] == "2.9.1"
     assert info["min_gcc"] == "12.3" and info["gcc_below_min"] == "degrade"
-    assert info["isas_dropped_below_min"] == ["avx512_bf16", "avx512_vnni", "amx_bf16"]
+    assert info["gcc_by_arch"]["x86_64"] == {"below_min": "degrade", "isas_dropped": ["avx512_bf16", "avx512_vnni",
+                                                                                       "amx_bf16"]}  # fmt: skip
     assert info["universal_x86_wheel"] is False
-    assert info["reserved_cpus_scope"] == "per_rank"
+    assert info["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "per_rank"
+    assert info["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "half_of_ram_per_node"
     assert info["has_sgl_kernel"] and "VLLM_CPU_SGL_KERNEL" in info["env_vars"]
     assert not info["preloads_tcmalloc"] and not info["preloads_iomp"]
     assert info["build_requirements"] == "requirements/cpu-build.txt"
     assert info["python_versions"] == ["3.10", "3.11", "3.12", "3.13"]
+    assert info["gcc_workarounds"] == {}
 
 
 @pytest.mark.parametrize(("version", "torch"), [("0.32.0", "2.13.0"), ("0.33.0", "2.14.0")])
 def test_v0_32_and_v0_33_facts(version, torch):
     info = release_info(version)
     assert info["torch_version"] == torch
-    assert info["gcc_below_min"] == "fatal" and info["isas_dropped_below_min"] == []
+    assert info["gcc_below_min"] == "fatal" and info["gcc_by_arch"]["x86_64"]["isas_dropped"] == []
     assert info["universal_x86_wheel"] is True
-    assert info["reserved_cpus_scope"] == "total"
+    assert info["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "total"
     assert not info["has_sgl_kernel"] and "VLLM_CPU_SGL_KERNEL" not in info["env_vars"]
     assert info["preloads_tcmalloc"] and not info["preloads_iomp"]
     assert info["build_requirements"] == "requirements/build/cpu.txt"
     assert info["runtime_requirements"] == "requirements/cpu.txt"
+    assert info["runtime_requirements_github_urls"] == ["triton (triton-cpu v3.8.0)"]
     assert "3.14" in info["python_versions"] and "3.10" not in info["python_versions"]
+    assert [p["patch"] for p in info["gcc_workarounds"]["12.2"]] == [
+        "gcc-12.2/01-x86-gcc-check-12.2.patch", "gcc-12.2/02-flash-mla-static-constexpr.patch",
+    ]  # fmt: skip
+
+
+# Where each meaning changes (docs/vllm-releases.md, "Changes of meaning").
+@pytest.mark.parametrize(
+    ("first", "fact"),
+    [
+        ("0.17.0", lambda r: r["gcc_below_min"] == "fatal"),
+        ("0.17.0", lambda r: r["universal_x86_wheel"]),
+        ("0.19.0", lambda r: r["preloads_tcmalloc"]),
+        ("0.20.0", lambda r: r["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "total"),
+        ("0.20.0", lambda r: r["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "gpu_memory_utilization"),
+        ("0.20.0", lambda r: r["build_requirements"] == "requirements/build/cpu.txt"),
+        ("0.20.0", lambda r: "3.14" in r["python_versions"]),
+        ("0.20.0", lambda r: "VLLM_CPU_ATTN_SPLIT_KV" in r["env_vars"]),
+        ("0.27.0", lambda r: "aarch64-bf16-i8mm" in r["build_isa_env"]),
+        ("0.28.0", lambda r: not r["has_sgl_kernel"]),
+        ("0.31.0", lambda r: r["runtime_requirements_github_urls"]),
+        ("0.32.0", lambda r: "3.10" not in r["python_versions"]),
+    ],
+)
+def test_changes_of_meaning_start_where_the_docs_say(first, fact):
+    assert all(fact(RELEASES[v]) for v in _from(first))
+    assert not any(fact(RELEASES[v]) for v in _before(first))
 
 
 def test_no_release_reads_moe_prepack():
@@ -61,14 +130,16 @@ def test_no_release_reads_moe_prepack():
 
 def test_v_prefix_and_copy():
     info = release_info("v0.32.0")
-    info["env_vars"].append("X")
+    info["env_vars"]["X"] = {}
     assert "X" not in release_info("0.32.0")["env_vars"]
 
 
-def test_unknown_version_lists_supported():
-    with pytest.raises(UnknownReleaseError, match=r"0\.13\.0, 0\.31\.0, 0\.32\.0, 0\.33\.0") as err:
-        release_info("0.30.0")
+def test_unknown_version_lists_supported_and_names_the_probe():
+    with pytest.raises(UnknownReleaseError, match=r"0\.13\.0, 0\.14\.0, .*0\.33\.0") as err:
+        release_info("0.34.0")
     assert isinstance(err.value, ValueError)
+    assert "tools/vllm_release_probe.py 0.34.0 --as-inventory" in str(err.value)
+    assert "vllm_release_overrides" in str(err.value)
 
 
 def test_build_classes():
@@ -77,11 +148,15 @@ def test_build_classes():
     assert build_class("0.32.0", spr) == "x86_64"
     assert build_class("0.13.0", spr) == "x86_64-amx"
     assert build_class("0.32.0", graviton) == "aarch64-bf16-i8mm"
+    assert build_class("0.26.0", graviton) == "aarch64-bf16"
     assert build_class("0.13.0", graviton) == "aarch64-bf16"
     assert build_isa_env("0.13.0", "x86_64-avx2") == {"VLLM_CPU_DISABLE_AVX512": "true"}
     assert build_isa_env("0.13.0", "x86_64-amx") == {
         "VLLM_CPU_AVX512BF16": "1", "VLLM_CPU_AVX512VNNI": "1", "VLLM_CPU_AMXBF16": "1",
     }  # fmt: skip
+    # 0.16.0 can also force AVX512F and AVX2 on (cross-building).
+    assert build_isa_env("0.16.0", "x86_64-avx512") == {"VLLM_CPU_AVX512": "1"}
+    assert build_isa_env("0.13.0", "aarch64-bf16") == {}
     assert build_isa_env("0.32.0", "x86_64") == {}
     assert build_isa_env("0.33.0", "aarch64-bf16-i8mm") == {"VLLM_CPU_ARM_BF16": "1", "VLLM_CPU_ARM_I8MM": "1"}
 
@@ -93,7 +168,7 @@ def test_new_enough_gcc_is_ok(gcc, version):
     assert verdict["ok"] and verdict["severity"] == "ok" and verdict["missing_isas"] == []
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+@pytest.mark.parametrize("version", _from("0.17.0"))
 def test_old_gcc_is_fatal_on_x86_for_new_releases(version):
     verdict = compiler_verdict(version, "12.2.0", AVX2_ISA, "x86_64", accept_degraded=True, host="web1")
     assert verdict == {
@@ -107,11 +182,12 @@ def test_old_gcc_is_fatal_on_x86_for_new_releases(version):
         assert words in verdict["message"]
 
 
-def test_old_gcc_degrades_v0_13_and_names_the_opt_in():
-    verdict = compiler_verdict("0.13.0", "12.2.0", SPR_ISA, "x86_64", host="spr1")
+@pytest.mark.parametrize("version", _before("0.17.0"))
+def test_old_gcc_degrades_early_releases_and_names_the_opt_in(version):
+    verdict = compiler_verdict(version, "12.2.0", SPR_ISA, "x86_64", host="spr1")
     assert not verdict["ok"] and verdict["severity"] == "degraded"
     assert verdict["missing_isas"] == ["avx512_bf16", "avx512_vnni", "amx_bf16"]
-    for words in ("spr1", "0.13.0", "12.2.0", "amx_bf16", "toolchain_accept_degraded_isa: true"):
+    for words in ("spr1", version, "12.2.0", "amx_bf16", "toolchain_accept_degraded_isa: true"):
         assert words in verdict["message"]
 
 
@@ -128,3 +204,85 @@ def test_old_gcc_drops_nothing_on_an_avx2_host():
 @pytest.mark.parametrize("version", sorted(RELEASES))
 def test_arm_has_no_compiler_gate(version):
     assert compiler_verdict(version, "12.2.0", ARM_ISA, "aarch64")["ok"]
+
+
+# ----------------------------------------------------------------- vllm_release_overrides
+
+
+def _row(version="0.34.0", **changes):
+    row = copy.deepcopy(RELEASES["0.33.0"])
+    del row["gcc_workarounds"]
+    row.update(version=version, git_tag=f"v{version}", sdist_sha256=None, **changes)
+    return row
+
+
+def test_an_override_adds_a_release():
+    overrides = {"0.34.0": _row(torch_version="2.15.0")}
+    info = release_info("v0.34.0", overrides=overrides)
+    assert info["torch_version"] == "2.15.0" and info["gcc_workarounds"] == {}
+    assert "0.34.0" in supported_versions(overrides) and "0.34.0" not in supported_versions()
+    assert build_class("0.34.0", {"arch": "x86_64", "isa_class": "x86_64-amx", "isa": SPR_ISA}, overrides) == "x86_64"
+    assert compiler_verdict("0.34.0", "12.2.0", AVX2_ISA, "x86_64", overrides=overrides)["severity"] == "fatal"
+    with pytest.raises(UnknownReleaseError):
+        release_info("0.34.0")
+
+
+def test_an_override_replaces_a_built_in_row_and_v_prefixed_keys_work():
+    overrides = {"v0.32.0": _row("0.32.0", torch_version="2.13.1")}
+    assert release_info("0.32.0", overrides)["torch_version"] == "2.13.1"
+    assert release_info("0.32.0")["torch_version"] == "2.13.0"
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"torch_version": None}, "vllm_release_overrides['0.34.0'].torch_version"),
+        ({"universal_x86_wheel": "yes"}, "vllm_release_overrides['0.34.0'].universal_x86_wheel"),
+        ({"env_vars": {"KVCACHE": {"type": "int", "default": None}}}, "is not a VLLM_CPU_* name"),
+        ({"env_vars": {"VLLM_CPU_OMP_THREADS_BIND": {"type": "str", "default": "auto"}}}, "no VLLM_CPU_KVCACHE_SPACE"),
+        ({"gcc_by_arch": {"x86_64": {"below_min": "maybe", "isas_dropped": []}}}, ".gcc_by_arch"),
+        ({"version": "0.35.0"}, "differs from the key '0.34.0'"),
+        ({"auto_bind": {}}, "unknown key auto_bind"),
+        ({"serve_entrypoint": "vllm-serve"}, ".serve_entrypoint"),
+    ],
+)
+def test_a_bad_override_names_the_variable_the_key_and_the_probe(change, words):
+    with pytest.raises(InvalidReleaseRowError) as err:
+        release_info("0.34.0", {"0.34.0": _row(**change)})
+    assert words in str(err.value)
+    assert "vllm_release_overrides['0.34.0']" in str(err.value)
+    assert "tools/vllm_release_probe.py 0.34.0 --as-inventory" in str(err.value)
+
+
+def test_a_missing_key_is_named():
+    row = _row()
+    del row["min_gcc"]
+    assert validate_row("0.34.0", row) == [
+        "vllm_release_overrides['0.34.0']: missing key min_gcc; fix: regenerate the row with "
+        "`python tools/vllm_release_probe.py 0.34.0 --as-inventory > group_vars/all/vllm_release.yml`"
+    ]
+
+
+def test_overrides_must_be_a_dict():
+    with pytest.raises(InvalidReleaseRowError, match="vllm_release_overrides: list is not a dict;"):
+        table([_row()])
+
+
+def test_the_planner_sees_overrides_inside_the_context():
+    facts = {"arch": "x86_64", "isa_class": "x86_64-amx", "isa": SPR_ISA}
+    with release_overrides({"0.34.0": _row()}):
+        assert build_class("0.34.0", facts) == "x86_64"
+        assert release_info("0.34.0")["version"] == "0.34.0"
+    with pytest.raises(UnknownReleaseError):
+        release_info("0.34.0")
+    with pytest.raises(InvalidReleaseRowError), release_overrides({"0.34.0": {"version": "0.34.0"}}):
+        pass
+
+
+def test_plan_for_an_override_release():
+    from conftest import load_expected_facts
+
+    facts = load_expected_facts("spr-2s-amx")
+    with release_overrides({"0.34.0": _row()}):
+        result = plan(facts, {"vllm_version": "0.34.0", "host": "spr"})
+    assert result["vllm_version"] == "0.34.0" and result["build"]["build_class"] == "x86_64"

@@ -1,0 +1,511 @@
+"""Derive a vLLM release's table row from its own source (sdist, tag tarball or directory).
+
+Plain Python, stdlib only. ``probe(source)`` reads the files a row depends on and
+returns ``(row, evidence)``: the row has the release table's keys
+(plugins/module_utils/vllm_cpu_releases.py), evidence maps each key to the
+``path:line`` places it was read from. ``diff_rows`` lists every difference
+between two rows with both sides' evidence, which is what a reviewer reads
+when a new tag comes out. ``fetch_sdist`` downloads a release's sdist from the
+package index once into a cache directory and checks its sha256 against the
+index's metadata. tools/vllm_release_probe.py is the command line.
+"""
+
+import hashlib
+import json
+import os
+import re
+import tarfile
+import urllib.request
+from pathlib import Path
+
+INDEX_JSON = "https://pypi.org/pypi/{name}/json"
+FILES_HOST = "https://files.pythonhosted.org/"
+CACHE_ENV = "VLLM_SDIST_CACHE"
+DEFAULT_CACHE = ".cache/vllm-sdists"
+
+ENVS = "vllm/envs.py"
+PLATFORM = "vllm/platforms/cpu.py"
+CMAKE = "cmake/cpu_extension.cmake"
+PYPROJECT = "pyproject.toml"
+
+# The x86 ISA a 0.13-style build drops with a warning below the gcc minimum,
+# keyed by the name in cpu_extension.cmake's message.
+_CMAKE_ISA_NAMES = {"AVX512-BF16": "avx512_bf16", "AVX512-VNNI": "avx512_vnni", "AMX_BF16": "amx_bf16"}
+_NO_CHECK = {"below_min": "degrade", "isas_dropped": []}
+
+
+class ProbeError(ValueError):
+    """The source lacks a file or a fact the row needs."""
+
+
+# --------------------------------------------------------------------- sources
+
+
+class Source:
+    """The files of one release, read from a .tar.gz or a directory; paths relative to its top."""
+
+    # Only what a row depends on is kept in memory.
+    _WANTED = re.compile(r"^(vllm/.*\.py|cmake/.*\.cmake|CMakeLists\.txt|requirements/.*\.(txt|in)|pyproject\.toml"
+                         r"|setup\.py|PKG-INFO)$")  # fmt: skip
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.files = {}
+        if self.path.is_dir():
+            for file in self.path.rglob("*"):
+                rel = file.relative_to(self.path).as_posix()
+                if file.is_file() and self._WANTED.match(rel):
+                    self.files[rel] = file.read_text(encoding="utf-8", errors="replace")
+        elif self.path.is_file():
+            with tarfile.open(self.path, "r:*") as tar:
+                for member in tar:
+                    if not member.isfile():
+                        continue
+                    rel = member.name.split("/", 1)[1] if "/" in member.name else member.name
+                    if self._WANTED.match(rel):
+                        self.files[rel] = tar.extractfile(member).read().decode("utf-8", errors="replace")
+        else:
+            raise ProbeError(f"{path}: no such file or directory")
+        if ENVS not in self.files:
+            raise ProbeError(f"{path}: no {ENVS}; not a vLLM source tree or sdist")
+
+    def text(self, rel):
+        return self.files.get(rel)
+
+    def lines(self, rel):
+        text = self.files.get(rel)
+        return text.splitlines() if text is not None else []
+
+    def require(self, rel):
+        if rel not in self.files:
+            raise ProbeError(f"{self.path}: no {rel}")
+        return self.lines(rel)
+
+
+def _where(rel, index):
+    return f"{rel}:{index + 1}"
+
+
+def _find(lines, pattern, start=0):
+    """(index, match) of the first line matching ``pattern`` at or after ``start``, or (None, None)."""
+    regex = re.compile(pattern)
+    for index in range(start, len(lines)):
+        match = regex.search(lines[index])
+        if match:
+            return index, match
+    return None, None
+
+
+# --------------------------------------------------------------------- facts
+
+
+def _version(src, version):
+    if version:
+        return str(version).lstrip("vV"), None
+    index, match = _find(src.lines("PKG-INFO"), r"^Version:\s*(\S+)")
+    if match:
+        return match.group(1).split("+")[0], _where("PKG-INFO", index)
+    raise ProbeError(f"{src.path}: no PKG-INFO version; pass the version")
+
+
+def _env_spec(expr):
+    """type, default and unset behaviour of one envs.py entry's expression."""
+    default = re.search(r'os\.getenv\(\s*"\w+"\s*,\s*(?:"([^"]*)"|(None))', expr)
+    spec = {"type": "str", "default": default.group(1) if default and default.group(1) is not None else None}
+    if "bool(" in expr:
+        spec["type"] = "bool"
+    elif "int(" in expr:
+        spec["type"] = "int"
+    choices = re.search(r"env_with_choices\(\s*\"\w+\"\s*,\s*\"([^\"]*)\"\s*,\s*\[([^\]]*)\]", expr)
+    if choices:
+        spec["default"] = choices.group(1)
+        spec["choices"] = re.findall(r'"([^"]*)"', choices.group(2))
+    if re.search(r"in os\.environ\s*else None", expr):
+        spec["default"] = None  # unset is not the getenv default: vLLM decides
+    return spec
+
+
+def _env_vars(src, evidence):
+    """Every VLLM_CPU_* variable the release reads: envs.py entries plus direct os.environ reads."""
+    lines = src.require(ENVS)
+    found = {}
+    entry = re.compile(r'^\s{4}"(VLLM_CPU_\w+)":\s*(.*)$')
+    for index, line in enumerate(lines):
+        match = entry.match(line)
+        if not match:
+            continue
+        expr = [match.group(2)]
+        for follow in lines[index + 1 : index + 12]:
+            if re.match(r'^\s{4}("|#|\})', follow):
+                break
+            expr.append(follow)
+        found[match.group(1)] = _env_spec(" ".join(expr))
+        evidence[f"env_vars.{match.group(1)}"] = _where(ENVS, index)
+    direct = re.compile(
+        r'os\.(?:getenv|environ\.get)\(\s*"(VLLM_CPU_\w+)"\s*(?:,\s*"([^"]*)")?'
+        r'|os\.environ\[\s*"(VLLM_CPU_\w+)"\s*\](?!\s*=[^=])'
+        r'|"(VLLM_CPU_\w+)"\s+in\s+os\.environ'
+    )
+    registered = set(found)
+    for rel in sorted(src.files):
+        if not rel.endswith(".py") or rel == ENVS or not rel.startswith("vllm/"):
+            continue
+        for index, line in enumerate(src.lines(rel)):
+            for match in direct.finditer(line):
+                name = match.group(1) or match.group(3) or match.group(4)
+                known = found.get(name)
+                if name in registered or (known and (known["default"] is not None or match.group(2) is None)):
+                    continue  # the first read with a default tells the default
+                spec = {"type": "str", "default": match.group(2)}
+                if re.search(r"\bbool\(|\bint\(", line):
+                    spec["type"] = "bool" if "bool(" in line else "int"
+                found[name] = spec
+                evidence[f"env_vars.{name}"] = _where(rel, index)
+    _interpret(src, found, evidence)
+    return dict(sorted(found.items()))
+
+
+def _first_use(src, name, skip=(ENVS,)):
+    for rel in sorted(src.files):
+        if rel in skip or not rel.endswith(".py"):
+            continue
+        for index, line in enumerate(src.lines(rel)):
+            if name in line:
+                return rel, index
+    return None, None
+
+
+def _interpret(src, found, evidence):
+    """How the variables whose meaning changed between releases are read."""
+    if "VLLM_CPU_NUM_OF_RESERVED_CPU" in found:
+        rel, index = _first_use(src, "VLLM_CPU_NUM_OF_RESERVED_CPU", skip=(ENVS, PLATFORM))
+        if rel == "vllm/utils/ompmultiprocessing.py":
+            found["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] = "total"
+        elif rel == "vllm/v1/worker/cpu_worker.py":
+            found["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] = "per_rank"
+        else:
+            raise ProbeError(f"{src.path}: VLLM_CPU_NUM_OF_RESERVED_CPU read in {rel}: scope unknown, review by hand")
+        evidence["env_vars.VLLM_CPU_NUM_OF_RESERVED_CPU.scope"] = _where(rel, index)
+    if "VLLM_CPU_KVCACHE_SPACE" in found:
+        lines = src.require(PLATFORM)
+        index, _ = _find(lines, r"kv_cache_memory_bytes\s*=")
+        if index is not None:
+            found["VLLM_CPU_KVCACHE_SPACE"]["unset"] = "gpu_memory_utilization"
+        else:
+            index, _ = _find(lines, r"DEFAULT_CPU_MEM_UTILIZATION\s*=")
+            if index is None:
+                raise ProbeError(f"{src.path}: {PLATFORM}: how an unset VLLM_CPU_KVCACHE_SPACE is sized is unknown")
+            found["VLLM_CPU_KVCACHE_SPACE"]["unset"] = "half_of_ram_per_node"
+        evidence["env_vars.VLLM_CPU_KVCACHE_SPACE.unset"] = _where(PLATFORM, index)
+
+
+def _gcc(src, evidence):
+    """min_gcc and the per-arch policy below it, from cpu_extension.cmake."""
+    lines = src.require(CMAKE)
+    by_arch = {"x86_64": dict(_NO_CHECK), "aarch64": dict(_NO_CHECK), "s390x": dict(_NO_CHECK)}
+    minimum = None
+    dropped = []
+    for index, line in enumerate(lines):
+        match = re.search(r"CMAKE_CXX_COMPILER_VERSION\s+VERSION_GREATER_EQUAL\s+(\d+\.\d+)", line)
+        if not match:
+            continue
+        window = lines[index : index + 8]
+        fatal = next((w for w in window if "FATAL_ERROR" in w and "gcc" in w.lower()), None)
+        warn = next((w for w in window if re.search(r'message\(WARNING "Disable (\S+) ISA support', w)), None)
+        if fatal:
+            arch = "x86_64" if "X86" in fatal.upper() else None
+            if arch is None:
+                raise ProbeError(f"{src.path}: {_where(CMAKE, index)}: a fatal gcc check for an unknown arch")
+            by_arch[arch] = {"below_min": "fatal", "isas_dropped": []}
+            minimum = match.group(1)
+            evidence["min_gcc"] = evidence["gcc_by_arch.x86_64"] = _where(CMAKE, index)
+        elif warn:
+            name = re.search(r"Disable (\S+) ISA support", warn).group(1)
+            dropped.append(_CMAKE_ISA_NAMES.get(name, name.lower()))
+            minimum = match.group(1)
+            evidence.setdefault("min_gcc", _where(CMAKE, index))
+            evidence.setdefault("gcc_by_arch.x86_64", _where(CMAKE, index))
+    if dropped and by_arch["x86_64"]["below_min"] != "fatal":
+        by_arch["x86_64"] = {"below_min": "degrade", "isas_dropped": dropped}
+    if minimum is None:
+        raise ProbeError(f"{src.path}: {CMAKE}: no gcc version check found")
+    return minimum, by_arch
+
+
+def _cmake_env(src):
+    return set(re.findall(r"\$ENV\{(VLLM_CPU_\w+)\}", src.text(CMAKE) or ""))
+
+
+def _build(src, evidence):
+    """universal_x86_wheel and the build_isa_env per wheel class."""
+    lines = src.require(CMAKE)
+    index, _ = _find(lines, r"^\s*_C_AVX2\b")
+    universal = index is not None
+    evidence["universal_x86_wheel"] = _where(CMAKE, index) if universal else f"{CMAKE} (no _C_AVX2 target)"
+    env = _cmake_env(src)
+    index, _ = _find(lines, r"\$ENV\{VLLM_CPU_")
+    evidence["build_isa_env"] = _where(CMAKE, index) if index is not None else CMAKE
+    isa = {}
+    if universal:
+        isa["x86_64"] = {}
+    else:
+        forcing = ("VLLM_CPU_AVX512BF16", "VLLM_CPU_AVX512VNNI", "VLLM_CPU_AMXBF16")
+        force = {name: "1" for name in forcing if name in env}
+        avx512 = {"VLLM_CPU_AVX512": "1"} if "VLLM_CPU_AVX512" in env else {}
+        isa["x86_64-amx"] = dict(avx512, **force)
+        isa["x86_64-avx512bf16"] = dict(avx512, **{k: v for k, v in force.items() if k != "VLLM_CPU_AMXBF16"})
+        isa["x86_64-avx512vnni"] = dict(avx512, **{k: v for k, v in force.items() if k == "VLLM_CPU_AVX512VNNI"})
+        isa["x86_64-avx512"] = dict(avx512)
+        isa["x86_64-avx2"] = {"VLLM_CPU_DISABLE_AVX512": "true"} if "VLLM_CPU_DISABLE_AVX512" in env else {}
+        if "VLLM_CPU_AVX2" in env:
+            isa["x86_64-avx2"]["VLLM_CPU_AVX2"] = "1"
+    bf16 = {"VLLM_CPU_ARM_BF16": "1"} if "VLLM_CPU_ARM_BF16" in env else {}
+    if "VLLM_CPU_ARM_I8MM" in env:
+        isa["aarch64-bf16-i8mm"] = dict(bf16, VLLM_CPU_ARM_I8MM="1")
+    isa["aarch64-bf16"] = bf16
+    isa["aarch64-neon"] = {}
+    return universal, dict(sorted(isa.items()))
+
+
+def _requirements(src, evidence):
+    build = "requirements/build/cpu.txt" if "requirements/build/cpu.txt" in src.files else "requirements/cpu-build.txt"
+    runtime = "requirements/cpu.txt"
+    for key, rel in (("build_requirements", build), ("runtime_requirements", runtime)):
+        src.require(rel)
+        evidence[key] = rel
+    lines = src.lines(runtime)
+    index, match = _find(lines, r"^torch==([0-9][^+;\s]*)")
+    if match is None:
+        raise ProbeError(f"{src.path}: {runtime}: no torch== pin")
+    torch = match.group(1)
+    evidence["torch_version"] = _where(runtime, index)
+    b_index, b_match = _find(src.lines(build), r"^torch==([0-9][^+;\s]*)")
+    if b_match and b_match.group(1) != torch:
+        raise ProbeError(f"{src.path}: torch pins differ: {_where(build, b_index)} {b_match.group(1)}, "
+                         f"{_where(runtime, index)} {torch}")  # fmt: skip
+    index, match = _find(src.lines(build), r"^cmake>=([0-9.]+)")
+    if match is None:
+        raise ProbeError(f"{src.path}: {build}: no cmake>= requirement")
+    evidence["min_cmake"] = _where(build, index)
+    github = []
+    first = None
+    for index, line in enumerate(lines):
+        url = re.match(r"^([A-Za-z0-9_.-]+)\s*@\s*https://github\.com/([^/]+)/([^/]+)/releases/download/([^/]+)/", line)
+        if url:
+            entry = f"{url.group(1)} ({url.group(3)} {url.group(4)})"
+            if entry not in github:
+                github.append(entry)
+            first = first if first is not None else index
+        elif "github.com" in line and not line.lstrip().startswith("#"):
+            raise ProbeError(f"{src.path}: {_where(runtime, index)}: a GitHub requirement of unknown form")
+    evidence["runtime_requirements_github_urls"] = _where(runtime, first) if first is not None else runtime
+    return build, runtime, torch, match.group(1), github
+
+
+def _python_versions(src, evidence):
+    lines = src.require(PYPROJECT)
+    index, match = _find(lines, r'^requires-python\s*=\s*">=\s*3\.(\d+)\s*,\s*<\s*3\.(\d+)\s*"')
+    if match is None:
+        raise ProbeError(f"{src.path}: {PYPROJECT}: no requires-python of the form >=3.X,<3.Y")
+    versions = [f"3.{minor}" for minor in range(int(match.group(1)), int(match.group(2)))]
+    classifiers = sorted(
+        {m.group(1) for line in lines if (m := re.search(r"Programming Language :: Python :: (3\.\d+)\"", line))},
+        key=lambda v: int(v.split(".")[1]),
+    )
+    if classifiers and classifiers != versions:
+        raise ProbeError(f"{src.path}: {_where(PYPROJECT, index)} says {versions}, the classifiers {classifiers}")
+    evidence["python_versions"] = _where(PYPROJECT, index)
+    return versions
+
+
+def _preloads(src, evidence):
+    lines = src.require(PLATFORM)
+    result = {}
+    for key, pattern in (("preloads_tcmalloc", r"libtcmalloc\S*\s+not in ld_preload"),
+                         ("preloads_iomp", r"libiomp\S*\s+not in ld_preload")):  # fmt: skip
+        index, _ = _find(lines, pattern)
+        result[key] = index is not None
+        evidence[key] = _where(PLATFORM, index) if index is not None else f"{PLATFORM} (no {pattern!r})"
+    return result
+
+
+def _serve(src, evidence):
+    lines = src.require(PYPROJECT)
+    index, _ = _find(lines, r'^vllm\s*=\s*"vllm\.entrypoints\.cli\.main:main"')
+    if index is not None and "vllm/entrypoints/cli/serve.py" in src.files:
+        evidence["serve_entrypoint"] = _where(PYPROJECT, index)
+        return "vllm serve"
+    evidence["serve_entrypoint"] = "vllm/entrypoints/openai/api_server.py"
+    return "python -m vllm.entrypoints.openai.api_server"
+
+
+def _notes(src):
+    """Facts printed for the reviewer but kept out of the table (no code reads them)."""
+    notes = {}
+    lines = src.lines(CMAKE)
+    tags = []
+    for index, line in enumerate(lines):
+        if re.match(r"^\s*oneDNN\s*$", line):
+            found, match = _find(lines[: index + 6], r"GIT_TAG\s+(\S+)", index)
+            if match:
+                tags.append(f"{match.group(1)} ({_where(CMAKE, found)})")
+    if tags:
+        notes["onednn_git_tags"] = (tags, "")
+    index, match = _find(lines, r"CMAKE_CXX_STANDARD\s+(\d+)")
+    if match:
+        notes["cxx_standard"] = (int(match.group(1)), _where(CMAKE, index))
+    api = src.lines("vllm/entrypoints/openai/api_server.py")
+    index, _ = _find(api, r"api_server` command is deprecated|api_server` is deprecated")
+    notes["api_server_deprecated"] = (index is not None, _where("vllm/entrypoints/openai/api_server.py", index)
+                                      if index is not None else "")  # fmt: skip
+    return notes
+
+
+def probe(path, version=None, sha256=None):
+    """Return (row, evidence, notes) for the release source at ``path``."""
+    src = Source(path)
+    evidence = {}
+    version, where = _version(src, version)
+    evidence["version"] = where or "given"
+    env_vars = _env_vars(src, evidence)
+    min_gcc, by_arch = _gcc(src, evidence)
+    universal, isa_env = _build(src, evidence)
+    build, runtime, torch, min_cmake, github = _requirements(src, evidence)
+    row = {
+        "version": version,
+        "git_tag": f"v{version}",
+        "sdist_sha256": sha256 or (_sha256(src.path) if src.path.is_file() else None),
+        "torch_version": torch,
+        "python_versions": _python_versions(src, evidence),
+        "min_gcc": min_gcc,
+        "min_cmake": min_cmake,
+        "gcc_below_min": by_arch["x86_64"]["below_min"],
+        "gcc_by_arch": by_arch,
+        "universal_x86_wheel": universal,
+        "build_isa_env": isa_env,
+        "env_vars": env_vars,
+        "has_sgl_kernel": "VLLM_CPU_SGL_KERNEL" in env_vars,
+        "build_requirements": build,
+        "runtime_requirements": runtime,
+        "runtime_requirements_github_urls": github,
+        "serve_entrypoint": _serve(src, evidence),
+        **_preloads(src, evidence),
+    }
+    evidence["gcc_below_min"] = evidence.get("gcc_by_arch.x86_64", CMAKE)
+    evidence["has_sgl_kernel"] = evidence.get("env_vars.VLLM_CPU_SGL_KERNEL", f"{ENVS} (no VLLM_CPU_SGL_KERNEL)")
+    return row, evidence, _notes(src)
+
+
+# --------------------------------------------------------------------- comparing
+
+
+def _flatten(value, prefix=""):
+    if isinstance(value, dict) and value:
+        out = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def _evidence_for(evidence, key):
+    """The most specific evidence for a dotted key (env_vars.X.scope, else env_vars.X, else env_vars)."""
+    parts = key.split(".")
+    for end in range(len(parts), 0, -1):
+        found = evidence.get(".".join(parts[:end]))
+        if found:
+            return found
+    return ""
+
+
+def diff_rows(old, new, old_evidence=None, new_evidence=None, skip=("version", "git_tag", "sdist_sha256")):
+    """Every difference as (key, old value, new value, old where, new where)."""
+    old_flat, new_flat = _flatten(old), _flatten(new)
+    out = []
+    for key in sorted(set(old_flat) | set(new_flat)):
+        if key.split(".")[0] in skip:
+            continue
+        missing = "(absent)"
+        before, after = old_flat.get(key, missing), new_flat.get(key, missing)
+        if before != after:
+            out.append((key, before, after, _evidence_for(old_evidence or {}, key),
+                        _evidence_for(new_evidence or {}, key)))  # fmt: skip
+    return out
+
+
+# --------------------------------------------------------------------- the package index
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_dir(explicit=None):
+    return Path(explicit or os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
+
+
+def index_releases(name="vllm", opener=urllib.request.urlopen, timeout=60):
+    """{version: sdist {filename, url, sha256, size}} from the index's JSON API (None for wheel-only releases)."""
+    with opener(INDEX_JSON.format(name=name), timeout=timeout) as response:
+        data = json.load(response)
+    out = {}
+    for version, files in data["releases"].items():
+        sdist = next((f for f in files if f.get("packagetype") == "sdist" and not f.get("yanked")), None)
+        if sdist is None:
+            out[version] = None
+            continue
+        url = sdist["url"]
+        if url.startswith("../../packages/"):  # the index mirror answers with relative links
+            url = FILES_HOST + url[len("../../") :]
+        out[version] = {"filename": sdist["filename"], "url": url, "sha256": sdist["digests"]["sha256"],
+                        "size": sdist.get("size")}  # fmt: skip
+    return out
+
+
+def release_range(releases, low, high):
+    """Final releases (X.Y.Z only) from ``low`` to ``high`` inclusive, oldest first."""
+    def key(text):
+        return tuple(int(part) for part in text.split("."))
+
+    final = [v for v in releases if re.fullmatch(r"\d+\.\d+\.\d+", v)]
+    return sorted((v for v in final if key(low) <= key(v) <= key(high)), key=key)
+
+
+def fetch_sdist(version, sha256=None, cache=None, releases=None, opener=urllib.request.urlopen):
+    """Path of vllm-<version>.tar.gz in the cache, downloaded once and checked by sha256.
+
+    ``sha256`` defaults to the index's; a cached file with another digest is replaced.
+    """
+    directory = cache_dir(cache)
+    directory.mkdir(parents=True, exist_ok=True)
+    meta = None
+    if sha256 is None or releases is not None:
+        releases = releases if releases is not None else index_releases(opener=opener)
+        if version not in releases:
+            raise ProbeError(f"vllm {version} is not on the package index")
+        meta = releases[version]
+        if meta is None:
+            raise ProbeError(f"vllm {version} has no sdist on the package index (wheels only); probe a git tag "
+                             f"tarball or a directory instead")  # fmt: skip
+        sha256 = sha256 or meta["sha256"]
+    target = directory / f"vllm-{version}.tar.gz"
+    if target.is_file() and _sha256(target) == sha256:
+        return target
+    if meta is None:
+        meta = (index_releases(opener=opener).get(version)) or {}
+        if not meta:
+            raise ProbeError(f"vllm {version}: no sdist on the package index")
+    part = target.with_suffix(".part")
+    with opener(meta["url"], timeout=600) as response, open(part, "wb") as handle:
+        while block := response.read(1 << 20):
+            handle.write(block)
+    got = _sha256(part)
+    if got != sha256:
+        part.unlink()
+        raise ProbeError(f"{meta['url']}: sha256 {got}, the index says {sha256}")
+    part.replace(target)
+    return target

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Derive a vLLM release's table row from its own source and show how it differs.
+
+    python tools/vllm_release_probe.py 0.34.0                  # sdist from the package index (cached)
+    python tools/vllm_release_probe.py ~/src/vllm --version 0.34.0   # a directory or a tag tarball
+    python tools/vllm_release_probe.py 0.33.0 --against 0.32.0
+    python tools/vllm_release_probe.py 0.34.0 --as-inventory > group_vars/all/vllm_release.yml
+    python tools/vllm_release_probe.py --write-table 0.13.0 0.33.0   # regenerate the built-in rows
+
+Sdists are cached in $VLLM_SDIST_CACHE (default .cache/vllm-sdists/) and checked
+against the sha256 the index publishes. The index is read through its JSON API
+(https://pypi.org/pypi/vllm/json); `pip download vllm==X --no-binary :all:`
+cannot fetch a vLLM sdist (it tries to build its metadata).
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
+
+import vllm_cpu_release_probe as probe_lib  # noqa: E402
+
+ROWS_FILE = REPO / "plugins" / "module_utils" / "vllm_cpu_releases.json"
+
+
+def _load_table():
+    with open(ROWS_FILE, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _key(version):
+    return tuple(int(part) for part in version.split("."))
+
+
+def _nearest(version, known):
+    """The closest table release below ``version`` (else above), never ``version`` itself."""
+    others = sorted((v for v in known if v != version), key=_key)
+    below = [v for v in others if _key(v) < _key(version)]
+    return below[-1] if below else (others[0] if others else None)
+
+
+def _probe_target(target, version, cache, releases):
+    """(row, evidence, notes) for a version string, a tarball or a directory."""
+    path = Path(target)
+    if path.exists():
+        return probe_lib.probe(path, version=version)
+    version = target.lstrip("vV")
+    sdist = probe_lib.fetch_sdist(version, cache=cache, releases=releases)
+    return probe_lib.probe(sdist, version=version, sha256=releases[version]["sha256"] if releases else None)
+
+
+def _yaml(value, indent=0):
+    """Block YAML for dicts/lists of scalars; scalars as JSON (valid YAML)."""
+    pad = "  " * indent
+    lines = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            name = json.dumps(str(key))
+            if isinstance(item, (dict, list)) and item:
+                lines.append(f"{pad}{name}:")
+                lines.extend(_yaml(item, indent + 1))
+            else:
+                lines.append(f"{pad}{name}: {json.dumps(item)}")
+    else:
+        for item in value:
+            if isinstance(item, (dict, list)) and item:
+                sub = _yaml(item, indent + 1)
+                lines.append(f"{pad}- {sub[0].lstrip()}")
+                lines.extend(sub[1:])
+            else:
+                lines.append(f"{pad}- {json.dumps(item)}")
+    return lines
+
+
+def as_inventory(row):
+    head = [
+        "---",
+        f"# vLLM {row['version']} as derived from its source by tools/vllm_release_probe.py;",
+        "# review the differences it printed against the nearest known release before using it.",
+        "vllm_release_overrides:",
+    ]
+    return "\n".join(head + _yaml({row["version"]: row}, 1)) + "\n"
+
+
+def _show(value):
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def report(row, evidence, notes, against=None, against_row=None, against_evidence=None, table_row=None):
+    out = [f"vLLM {row['version']} (sdist sha256 {row['sdist_sha256']})", ""]
+    for key, value in row.items():
+        out.append(f"  {key}: {_show(value)}")
+        if key == "env_vars":
+            for name in value:
+                out[-1:] = out[-1:] if name != next(iter(value)) else [f"  {key}:"]
+                out.append(f"    {name}: {_show(value[name])}    [{evidence.get('env_vars.' + name, '')}]")
+            continue
+        where = evidence.get(key)
+        if where and where not in ("given",):
+            out[-1] += f"    [{where}]"
+    for key, (value, where) in notes.items():
+        out.append(f"  (not in the table) {key}: {_show(value)}" + (f"    [{where}]" if where else ""))
+    if table_row is not None:
+        stored = {k: v for k, v in table_row.items() if k != "gcc_workarounds"}
+        changes = probe_lib.diff_rows(stored, row, skip=())
+        out.append("")
+        out.append(f"The table's row for {row['version']}: " + ("equal to the source" if not changes else
+                   f"{len(changes)} difference(s) from the source:"))  # fmt: skip
+        for key, before, after, _, where in changes:
+            out.append(f"  {key}: table {_show(before)} -> source {_show(after)}    [{where}]")
+    if against:
+        changes = probe_lib.diff_rows(against_row, row, against_evidence, evidence)
+        out.append("")
+        out.append(f"Differences from {against} ({len(changes)}):" if changes else f"No differences from {against}.")
+        for key, before, after, old_where, new_where in changes:
+            out.append(f"  {key}: {_show(before)} -> {_show(after)}")
+            out.append(f"      {against}: {old_where or '-'}    {row['version']}: {new_where or '-'}")
+    return "\n".join(out) + "\n"
+
+
+def write_table(low, high, cache):
+    releases = probe_lib.index_releases()
+    versions = probe_lib.release_range(releases, low, high)
+    rows = {}
+    started = time.monotonic()
+    for version in versions:
+        if releases[version] is None:
+            print(f"{version}: no sdist on the package index (wheels only): left out", file=sys.stderr)
+            continue
+        sdist = probe_lib.fetch_sdist(version, cache=cache, releases=releases)
+        rows[version], _, _ = probe_lib.probe(sdist, version=version, sha256=releases[version]["sha256"])
+        print(f"{version}: probed ({time.monotonic() - started:.1f} s)", file=sys.stderr)
+    with open(ROWS_FILE, "w", encoding="utf-8") as handle:
+        json.dump(rows, handle, indent=1, sort_keys=False)
+        handle.write("\n")
+    print(f"wrote {len(rows)} rows to {ROWS_FILE.relative_to(REPO)}", file=sys.stderr)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", nargs="?", help="a version (sdist from the index), a .tar.gz or a directory")
+    parser.add_argument("--version", help="the release's version when the target is a file or directory")
+    parser.add_argument("--against", help="compare with this release (default: the nearest one in the table)")
+    parser.add_argument("--as-inventory", action="store_true", help="print YAML for vllm_release_overrides")
+    parser.add_argument("--json", action="store_true", help="print the row as JSON")
+    parser.add_argument("--cache", help=f"sdist cache (default ${probe_lib.CACHE_ENV} or {probe_lib.DEFAULT_CACHE})")
+    parser.add_argument("--write-table", nargs=2, metavar=("LOW", "HIGH"),
+                        help="probe every release LOW..HIGH and rewrite the built-in rows")  # fmt: skip
+    args = parser.parse_args(argv)
+    try:
+        if args.write_table:
+            write_table(*args.write_table, args.cache)
+            return 0
+        if not args.target:
+            parser.error("a target is required")
+        is_path = Path(args.target).exists()
+        releases = None if is_path else probe_lib.index_releases()
+        row, evidence, notes = _probe_target(args.target, args.version, args.cache, releases)
+        if args.as_inventory:
+            sys.stdout.write(as_inventory(row))
+            return 0
+        if args.json:
+            print(json.dumps({"row": row, "evidence": evidence}, indent=1))
+            return 0
+        known = _load_table()
+        against = args.against.lstrip("vV") if args.against else _nearest(row["version"], known)
+        against_row = against_evidence = None
+        if against:
+            try:
+                releases = releases if releases is not None else probe_lib.index_releases()
+                against_row, against_evidence, _ = _probe_target(against, None, args.cache, releases)
+            except (OSError, probe_lib.ProbeError) as err:  # offline: the table's row, without places
+                print(f"({against}'s source unavailable: {err}; comparing with its table row)", file=sys.stderr)
+                against_row, against_evidence = known[against], {}
+        sys.stdout.write(report(row, evidence, notes, against, against_row, against_evidence,
+                                known.get(row["version"])))  # fmt: skip
+        return 0
+    except (probe_lib.ProbeError, OSError) as err:
+        print(f"vllm_release_probe: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
