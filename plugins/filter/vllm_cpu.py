@@ -12,38 +12,62 @@ if _MODULE_UTILS not in _amu.__path__:
 
 from ansible.module_utils.vllm_cpu_planner import PlanError, check, plan  # noqa: E402
 from ansible.module_utils.vllm_cpu_releases import (  # noqa: E402
+    InvalidReleaseRowError,
     UnknownReleaseError,
     compiler_verdict,
     release_info,
+    release_overrides,
 )
 
 
-def vllm_cpu_plan(facts, options):
-    """The host's serving and build plan; fails listing every problem."""
+def _split(options, overrides):
+    """The planner's options without release_overrides, and the overrides (argument or options key)."""
+    options = dict(options or {})
+    from_options = options.pop("release_overrides", None)
+    return options, (overrides if overrides is not None else from_options) or {}
+
+
+def vllm_cpu_plan(facts, options, overrides=None):
+    """The host's serving and build plan; fails listing every problem.
+
+    ``overrides`` (or ``options.release_overrides``) is the inventory's vllm_release_overrides.
+    """
+    options, overrides = _split(options, overrides)
     try:
-        return plan(facts, options)
+        with release_overrides(overrides):
+            return plan(facts, options)
     except PlanError as err:
         raise AnsibleFilterError(f"vllm_cpu_plan found {len(err.problems)} problem(s):\n{err}") from err
+    except InvalidReleaseRowError as err:
+        raise AnsibleFilterError(f"vllm_cpu_plan: {err}") from err
 
 
-def vllm_cpu_plan_check(facts, options):
+def vllm_cpu_plan_check(facts, options, overrides=None):
     """Every problem with these facts and options, [] when the plan can be made."""
-    return check(facts, options)
-
-
-def vllm_release(version):
-    """The release table entry of a vLLM version ("0.32.0" or "v0.32.0")."""
+    options, overrides = _split(options, overrides)
+    host = options.get("host") or "host"
     try:
-        return release_info(version)
-    except UnknownReleaseError as err:
+        with release_overrides(overrides):
+            return check(facts, options)
+    except InvalidReleaseRowError as err:
+        return [f"{host}: {problem}" for problem in err.problems]
+
+
+def vllm_release(version, overrides=None):
+    """The release table entry of a vLLM version ("0.32.0" or "v0.32.0"), overrides merged over the table."""
+    try:
+        return release_info(version, overrides or {})
+    except (UnknownReleaseError, InvalidReleaseRowError) as err:
         raise AnsibleFilterError(str(err)) from err
 
 
-def vllm_compiler_verdict(gcc_version, vllm_version, isa, arch, accept_degraded=False, host=""):
+def vllm_compiler_verdict(gcc_version, vllm_version, isa, arch, accept_degraded=False, host="", overrides=None):
     """Whether gcc_version builds vllm_version for this host: {ok, severity, min_gcc, missing_isas, message}."""
     try:
-        return compiler_verdict(vllm_version, gcc_version, isa, arch, accept_degraded=accept_degraded, host=host)
-    except UnknownReleaseError as err:
+        return compiler_verdict(
+            vllm_version, gcc_version, isa, arch, accept_degraded=accept_degraded, host=host, overrides=overrides or {}
+        )
+    except (UnknownReleaseError, InvalidReleaseRowError) as err:
         raise AnsibleFilterError(str(err)) from err
 
 
