@@ -6,16 +6,35 @@ The kernel prints CPU and node sets in this "list" format in sysfs
 Plain Python: used by the fact module, the planner and the filters alike.
 """
 
+import re
 
-def parse_cpulist(text):
+# Highest CPU id accepted anywhere: the kernel's NR_CPUS tops out at 8192 (x86_64,
+# CONFIG_MAXSMP) and 4096 (arm64); 65535 leaves room and keeps every list small.
+MAX_CPU_ID = 65535
+# The kernel prints plain ASCII decimals. int() and str.isdigit() also accept
+# "\u0663", "\uff13", "+3", " 3" and "3_0": an explicit ASCII pattern does not.
+_ASCII_ID = re.compile(r"[0-9]+\Z")
+_SHOW = 40
+
+
+def show(value, limit=_SHOW):
+    """repr() of value, cut to about ``limit`` characters for error messages."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def parse_cpulist(text, max_cpu=MAX_CPU_ID):
     """Return the sorted, de-duplicated CPU ids of a kernel cpulist string.
 
     An empty string or a lone newline is the empty set (a memory-only node's
     ``cpulist`` holds just "\\n"). Anything else that is not a comma-separated
-    list of ``N`` or ``N-M`` (N <= M) raises ValueError.
+    list of ASCII ``N`` or ``N-M`` (N <= M <= max_cpu) raises ValueError, whose
+    message quotes at most a short part of the text.
     """
     if not isinstance(text, str):
-        raise ValueError(f"cpulist must be a string, got {text!r}")
+        raise ValueError(f"cpulist must be a string, got {show(text)}")
     body = text.strip()
     if not body:
         return []
@@ -26,18 +45,20 @@ def parse_cpulist(text):
             lo = _cpu_id(first)
             hi = _cpu_id(last) if sep else lo
         except ValueError:
-            raise ValueError(f"invalid cpulist {text!r}: bad element {part!r}") from None
+            raise ValueError(f"invalid cpulist {show(text)}: bad element {show(part)}") from None
         if hi < lo:
-            raise ValueError(f"invalid cpulist {text!r}: descending range {part!r}")
+            raise ValueError(f"invalid cpulist {show(text)}: descending range {show(part)}")
+        if hi > max_cpu:
+            raise ValueError(f"invalid cpulist {show(text)}: CPU id above {max_cpu} in {show(part)}")
         cpus.update(range(lo, hi + 1))
     return sorted(cpus)
 
 
 def _cpu_id(token):
-    # int() alone would accept "+1", " 1" and "1_0"; the kernel never prints those.
-    if not token.isdigit() or not token.isascii():
+    if not _ASCII_ID.match(token):
         raise ValueError(token)
-    return int(token)
+    # Longer than any real id: compare by length instead of converting a huge string.
+    return int(token) if len(token) <= 12 else 10**12
 
 
 def format_cpulist(cpus):

@@ -6,9 +6,11 @@ contents as strings; ``read_cpu_facts`` does all file access, strictly under
 ``root`` so a recorded machine tree can stand in for ``/``.
 """
 
+import math
 import os
+import re
 
-from ansible.module_utils.vllm_cpu_cpulist import parse_cpulist
+from ansible.module_utils.vllm_cpu_cpulist import format_cpulist, parse_cpulist, show
 
 ARCHES = ("x86_64", "aarch64", "s390x", "ppc64le")
 
@@ -44,14 +46,58 @@ ARM_PARTS = {
 # down to the page size (9223372036854771712 with 4 KiB pages). No host has 1 EiB.
 UNLIMITED_BYTES = 1 << 60
 MIB = 1024 * 1024
+# 1 EiB in kB: no host has more; a bigger MemTotal is a corrupted file.
+MAX_MEMORY_KIB = 1 << 50
+# /proc/cpuinfo of 8192 CPUs is about 12 MiB; nothing read here is larger.
+MAX_FILE_CHARS = 64 * MIB
+# The kernel's MAX_NUMNODES is 1024 at most (NODES_SHIFT 10).
+MAX_NODE_ID = 4095
+# How to read /sys/devices/system/node: "strict" refuses a view that does not add
+# up (see _read_nodes); "single" ignores it and reads the machine as one node.
+NUMA_MODES = ("strict", "single")
+NUMA_FIX = "set numa: single (role vllm_plan: vllm_plan_numa: single) to plan the machine as one NUMA node"
+
+_ASCII_UINT = re.compile(r"[0-9]+\Z")
+_ASCII_INT = re.compile(r"-?[0-9]+\Z")
+# Longest number accepted from a file: 19 digits hold every 64-bit value.
+_MAX_DIGITS = 19
+
+DEFAULT_FIX = (
+    "check the file (on the host, or in the recorded tree given as root); the kernel writes it in a fixed format"
+)
 
 
 class TopologyError(ValueError):
-    """A file under root is missing or unparsable; ``path`` names it."""
+    """A file under root is missing, unparsable or inconsistent; ``path`` names it.
 
-    def __init__(self, path, reason):
-        super().__init__(f"{path}: {reason}")
+    The message reads ``<path>: <problem>; fix: <fix>``.
+    """
+
+    def __init__(self, path, reason, fix=DEFAULT_FIX):
+        super().__init__(f"{path}: {reason}; fix: {fix}")
         self.path = path
+        self.reason = reason
+        self.fix = fix
+
+
+class _Refusal(ValueError):
+    """A parser's ValueError that carries its own fix."""
+
+    def __init__(self, reason, fix):
+        super().__init__(reason)
+        self.fix = fix
+
+
+def ascii_int(text, signed=False):
+    """int() of an ASCII decimal (kernel files); ValueError for anything else.
+
+    int() alone accepts Unicode digits ("\\u0663", fullwidth "\\uff13"), "+3" and "3_0".
+    """
+    token = text.strip() if isinstance(text, str) else text
+    pattern = _ASCII_INT if signed else _ASCII_UINT
+    if not isinstance(token, str) or not pattern.match(token) or len(token.lstrip("-")) > _MAX_DIGITS:
+        raise ValueError(f"{show(token)} is not an integer (ASCII digits)")
+    return int(token)
 
 
 # ---------------------------------------------------------------- parsers
@@ -176,8 +222,12 @@ def parse_meminfo_kib(text, key="MemTotal"):
         name, sep, value = line.partition(":")
         if sep and name.split()[-1:] == [key]:
             fields = value.split()
-            if fields and fields[0].isdigit():
-                return int(fields[0])
+            if not fields or not _ASCII_UINT.match(fields[0]) or len(fields[0]) > _MAX_DIGITS:
+                raise ValueError(f"{key} value {show(value.strip())} is not a number of kB (ASCII digits)")
+            kib = int(fields[0])
+            if kib > MAX_MEMORY_KIB:
+                raise ValueError(f"{key} of {kib} kB is more than 1 EiB")
+            return kib
     raise ValueError(f"no {key} line")
 
 
@@ -199,18 +249,71 @@ def parse_memory_limit(text):
     value = text.strip()
     if value == "max":
         return None
-    if not value.isdigit():
-        raise ValueError(f"not a byte count: {value!r}")
+    if not _ASCII_UINT.match(value):
+        raise ValueError(f"not a byte count: {show(value)}")
+    if len(value) > _MAX_DIGITS:
+        return None
     limit = int(value)
+    if limit < MIB:
+        # 0 is a real setting (nothing may be charged), never "unlimited".
+        raise _Refusal(
+            f"a memory limit of {limit} bytes leaves no memory to serve with",
+            "raise the cgroup's memory limit (memory.max / memory.limit_in_bytes) or run outside that cgroup",
+        )
     return None if limit >= UNLIMITED_BYTES else limit // MIB
+
+
+def parse_cpu_max(text):
+    """Return the CPUs a cgroup v2 ``cpu.max`` ("QUOTA PERIOD", "max PERIOD") allows, or None.
+
+    The quota is rounded up: 1.5 CPUs of time count as 2 CPUs, as the JVM and .NET read
+    it, so a fractional quota still gets a thread for its fraction (which runs throttled
+    part of each period) and a quota under one CPU still gets one.
+    """
+    fields = text.split()
+    if fields == ["max"]:
+        return None
+    if len(fields) != 2:
+        raise ValueError(f"not \"QUOTA PERIOD\" or \"max PERIOD\": {show(text.strip())}")
+    quota, period = fields
+    return cpu_limit(None if quota == "max" else quota, period)
+
+
+def cpu_limit(quota, period):
+    """ceil(quota / period) from the two numbers' texts (quota None: unlimited)."""
+    try:
+        period_us = ascii_int(period)
+    except ValueError:
+        raise ValueError(f"period {show(period)} is not a number of microseconds") from None
+    if period_us < 1:
+        raise ValueError(f"period {period_us} is not a positive number of microseconds")
+    if quota is None:
+        return None
+    try:
+        quota_us = ascii_int(quota)
+    except ValueError:
+        raise ValueError(f"quota {show(quota)} is not a number of microseconds") from None
+    if quota_us < 1:
+        raise ValueError(f"quota {quota_us} is not a positive number of microseconds")
+    return math.ceil(quota_us / period_us)
+
+
+def parse_cfs_quota(text):
+    """cgroup v1 cpu.cfs_quota_us: the quota's text, or None when -1 (unlimited)."""
+    value = text.strip()
+    if value == "-1":
+        return None
+    if not _ASCII_UINT.match(value):
+        raise ValueError(f"{show(value)} is not a number of microseconds (or -1)")
+    return value
 
 
 def parse_distance(text):
     """Return a nodeN/distance line ("10 21") as a list of ints."""
     try:
-        return [int(v) for v in text.split()]
+        return [ascii_int(v) for v in text.split()]
     except ValueError:
-        raise ValueError(f"not a list of integers: {text.strip()!r}") from None
+        raise ValueError(f"not a list of integers: {show(text.strip())}") from None
 
 
 def group_cores(topology):
@@ -236,26 +339,45 @@ def group_cores(topology):
 # ---------------------------------------------------------------- reading
 
 
-def read_cpu_facts(root="/", arch=None):
+def read_cpu_facts(root="/", arch=None, numa="strict"):
     """Return the vllm_cpu fact dict of the machine whose files live under root.
 
     ``arch`` overrides the architecture inferred from /proc/cpuinfo (needed
-    only when the cpuinfo format is not recognised). Raises TopologyError
-    naming the file that is missing or cannot be parsed.
+    only when the cpuinfo format is not recognised). ``numa`` says how to read
+    /sys/devices/system/node (NUMA_MODES). Raises TopologyError naming the file
+    that is missing, cannot be parsed or contradicts the others.
     """
+    if numa not in NUMA_MODES:
+        raise ValueError("numa must be one of {}, got {}".format(", ".join(NUMA_MODES), show(numa)))
     reader = _Reader(root)
+    cpuinfo = reader.path("proc/cpuinfo")
     blocks = parse_cpuinfo(reader.text("proc/cpuinfo"))
     if arch is None:
         arch = detect_arch(blocks)
         if arch is None:
-            raise TopologyError(reader.path("proc/cpuinfo"), "cannot infer the architecture; pass arch")
+            raise TopologyError(
+                cpuinfo, "cannot infer the architecture", "pass arch (module option) if the format is unusual"
+            )
     elif arch not in ARCHES:
-        raise ValueError("arch must be one of {}, got {!r}".format(", ".join(ARCHES), arch))
+        raise ValueError("arch must be one of {}, got {}".format(", ".join(ARCHES), show(arch)))
+    _check_isa_lines(blocks, arch, cpuinfo)
     isa = parse_isa(blocks, arch)
+    if arch == "x86_64" and not isa["avx2"]:
+        raise TopologyError(
+            cpuinfo,
+            "not every CPU lists avx2; vLLM's x86 CPU backend needs AVX2 at least",
+            "serve from hosts with AVX2 (for a VM, a CPU model that passes avx2 through)",
+        )
     vendor, model = identify_cpu(blocks, arch)
 
-    online = reader.parse("sys/devices/system/cpu/online", parse_cpulist)
     possible = reader.parse("sys/devices/system/cpu/possible", parse_cpulist, optional=True)
+    online = reader.parse("sys/devices/system/cpu/online", parse_cpulist)
+    if possible is not None and not set(online) <= set(possible):
+        raise TopologyError(
+            reader.path("sys/devices/system/cpu/online"),
+            f"CPUs {format_cpulist(sorted(set(online) - set(possible)))} are not in sys/devices/system/cpu/possible "
+            f"({format_cpulist(possible)})",
+        )
     topology = {}
     for cpu in online:
         topo = f"sys/devices/system/cpu/cpu{cpu}/topology"
@@ -263,8 +385,8 @@ def read_cpu_facts(root="/", arch=None):
         # after "online" was read is skipped the same way.
         if reader.isdir(topo):
             topology[cpu] = (
-                reader.parse(topo + "/physical_package_id", int, optional=True),
-                reader.parse(topo + "/core_id", int, optional=True),
+                reader.parse(topo + "/physical_package_id", _signed_int, optional=True),
+                reader.parse(topo + "/core_id", _signed_int, optional=True),
                 reader.parse(topo + "/thread_siblings_list", parse_cpulist, optional=True),
             )
     if not topology:
@@ -272,18 +394,39 @@ def read_cpu_facts(root="/", arch=None):
     online = sorted(topology)
     cores = group_cores(topology)
 
-    cgroup = _read_cgroup(reader)
+    cgroup, cgroup_files = _read_cgroup(reader)
     allowed = set(online)
     status_cpus = reader.parse("proc/self/status", parse_status_cpus, optional=True)
     if status_cpus is not None:
         allowed &= set(status_cpus)
+        if not allowed:
+            raise TopologyError(
+                reader.path("proc/self/status"),
+                "Cpus_allowed_list names no online CPU",
+                "run the module with an affinity that includes online CPUs",
+            )
     if cgroup["cpus"] is not None:
         allowed &= set(cgroup["cpus"])
+        if not allowed:
+            raise TopologyError(
+                cgroup_files["cpus"],
+                f"the cgroup cpuset ({format_cpulist(cgroup['cpus'])}) names no online CPU "
+                "the process may use",
+                "give the cgroup online CPUs (cpuset.cpus)",
+            )
 
-    mem_total_mib = reader.parse("proc/meminfo", parse_meminfo_kib) // 1024
+    mem_total_kib = reader.parse("proc/meminfo", parse_meminfo_kib)
+    if mem_total_kib < 1024:
+        raise TopologyError(
+            reader.path("proc/meminfo"),
+            f"MemTotal is {mem_total_kib} kB, no memory to plan with",
+            "check the file (a recorded tree may be truncated); a real kernel never reports it",
+        )
+    mem_total_mib = mem_total_kib // 1024
     memory_mib = mem_total_mib
     if cgroup["memory_max_mib"] is not None:
         memory_mib = min(memory_mib, cgroup["memory_max_mib"])
+    sockets = len({package for package, _, _ in topology.values()})
 
     return {
         "arch": arch,
@@ -291,63 +434,133 @@ def read_cpu_facts(root="/", arch=None):
         "model": model,
         "isa": isa,
         "isa_class": isa_class(arch, isa),
-        "sockets": len({package for package, _, _ in topology.values()}),
+        "sockets": sockets,
         "threads_per_core": max(len(core) for core in cores),
         "memory_mib": memory_mib,
         "online_cpus": online,
         "offline_cpus": sorted(set(possible or online) - set(online)),
         "allowed_cpus": sorted(allowed),
+        # CPUs' worth of time the processes may use at once: the allowed CPUs, fewer
+        # under a cgroup CPU quota (cgroup.cpu_limit, rounded up).
+        "usable_cpus": min(len(allowed), cgroup["cpu_limit"] or len(allowed)),
         "cgroup": cgroup,
-        "numa_nodes": _read_nodes(reader, online, allowed, cores, mem_total_mib),
+        "numa_nodes": _read_nodes(reader, online, allowed, cores, mem_total_mib, sockets, numa),
     }
+
+
+def _signed_int(text):
+    # physical_package_id is -1 where firmware gives none.
+    return ascii_int(text, signed=True)
+
+
+def _check_isa_lines(blocks, arch, path):
+    """Refuse a cpuinfo whose ISA cannot be known: no flag line, or one missing on some CPU."""
+    field = {"x86_64": "flags", "aarch64": "Features"}.get(arch)
+    if field is None:
+        return
+    processors = [b for b in blocks if "processor" in b] or blocks
+    fix = f"read a complete /proc/cpuinfo (the kernel prints a {field} line for every processor)"
+    if not any(field in b for b in processors):
+        raise TopologyError(
+            path, f"no {field} line on {arch}: the instruction sets, and so the build class, are unknown", fix
+        )
+    for block in processors:
+        if field not in block:
+            raise TopologyError(path, f"processor {show(block.get('processor', '?'))[1:-1]} has no {field} line", fix)
 
 
 def _read_cgroup(reader):
     # The cgroup namespace makes /sys/fs/cgroup the container's own cgroup, so
     # the files at the mount root are the limits that apply to this process.
     v2 = ("sys/fs/cgroup/cgroup.controllers", "sys/fs/cgroup/cpuset.cpus.effective", "sys/fs/cgroup/memory.max")
-    if any(reader.exists(p) for p in v2):
+    v1_cpu_dirs = ("sys/fs/cgroup/cpu,cpuacct", "sys/fs/cgroup/cpu")
+    if any(reader.exists(p) for p in (*v2, "sys/fs/cgroup/cpu.max")):
         version, cpus_files, memory_file = 2, v2[1:2], v2[2]
-    elif reader.isdir("sys/fs/cgroup/cpuset") or reader.isdir("sys/fs/cgroup/memory"):
+    elif any(reader.isdir(d) for d in ("sys/fs/cgroup/cpuset", "sys/fs/cgroup/memory", *v1_cpu_dirs)):
         version = 1
         cpus_files = ("sys/fs/cgroup/cpuset/cpuset.effective_cpus", "sys/fs/cgroup/cpuset/cpuset.cpus")
         memory_file = "sys/fs/cgroup/memory/memory.limit_in_bytes"
     else:
-        return {"version": None, "cpus": None, "memory_max_mib": None}
-    cpus = None
+        return {"version": None, "cpus": None, "memory_max_mib": None, "cpu_limit": None}, {}
+    cpus, cpus_path = None, None
     for path in cpus_files:
         cpus = reader.parse(path, parse_cpulist, optional=True)
         if cpus is not None:
+            cpus_path = reader.path(path)
             break
-    return {
+    if version == 2:
+        limit = reader.parse("sys/fs/cgroup/cpu.max", parse_cpu_max, optional=True)
+    else:
+        limit = None
+        for cpu_dir in v1_cpu_dirs:
+            quota = reader.parse(cpu_dir + "/cpu.cfs_quota_us", parse_cfs_quota, optional=True)
+            if quota is not None:
+                period_file = cpu_dir + "/cpu.cfs_period_us"
+                limit = reader.parse(period_file, lambda text, quota=quota: cpu_limit(quota, text.strip()))
+                break
+    cgroup = {
         "version": version,
         # An empty cpuset file means the controller is not enabled here, not
         # "no CPUs": the process is running, so it has at least one.
         "cpus": cpus or None,
         "memory_max_mib": reader.parse(memory_file, parse_memory_limit, optional=True),
+        # ceil(quota / period) of cpu.max (v2) or cpu.cfs_quota_us / cpu.cfs_period_us (v1).
+        "cpu_limit": limit,
     }
+    return cgroup, {"cpus": cpus_path}
 
 
-def _read_nodes(reader, online, allowed, cores, mem_total_mib):
+def _read_nodes(reader, online, allowed, cores, mem_total_mib, sockets, numa):
     base = "sys/devices/system/node"
+    single = [_node(0, online, allowed, cores, mem_total_mib, [10])]
+    if numa == "single":
+        return single
     if not reader.isdir(base):
+        if reader.lexists(base):
+            # A dangling or looping symlink, or a file: isdir() says no, listing says why.
+            reader.listdir(base)
+            raise TopologyError(reader.path(base), "cannot read: not a directory", NUMA_FIX)
+        if sockets > 1:
+            raise TopologyError(
+                reader.path(base),
+                f"missing on a machine with {sockets} sockets (physical_package_id); one node spanning them "
+                "would bind ranks across sockets",
+                f"mount sysfs completely (a kernel without NUMA has one socket), or {NUMA_FIX}",
+            )
         # Kernel without CONFIG_NUMA: one node holding everything.
-        return [_node(0, online, allowed, cores, mem_total_mib, [10])]
-    ids = reader.parse(base + "/online", parse_cpulist, optional=True)
+        return single
+    ids = reader.parse(base + "/online", lambda text: parse_cpulist(text, MAX_NODE_ID), optional=True)
     if ids is None:
-        ids = sorted(int(d[4:]) for d in reader.listdir(base) if d.startswith("node") and d[4:].isdigit())
-    nodes = []
+        names = reader.listdir(base)
+        ids = sorted(int(d[4:]) for d in names if d.startswith("node") and _ASCII_UINT.match(d[4:]) and len(d) < 9)
+    nodes, owner = [], {}
     for node in ids:
         path = f"{base}/node{node}"
+        node_cpus = reader.parse(path + "/cpulist", parse_cpulist)
+        taken = sorted(cpu for cpu in node_cpus if cpu in owner)
+        if taken:
+            raise TopologyError(
+                reader.path(path + "/cpulist"),
+                f"CPU(s) {format_cpulist(taken)} also listed by node {owner[taken[0]]}: the nodes overlap",
+                NUMA_FIX,
+            )
+        owner.update(dict.fromkeys(node_cpus, node))
         nodes.append(
             _node(
                 node,
-                reader.parse(path + "/cpulist", parse_cpulist),
+                node_cpus,
                 allowed,
                 cores,
                 reader.parse(path + "/meminfo", parse_meminfo_kib) // 1024,
                 reader.parse(path + "/distance", parse_distance),
             )
+        )
+    homeless = sorted(set(online) - set(owner))
+    if homeless:
+        raise TopologyError(
+            reader.path(base),
+            f"online CPUs {format_cpulist(homeless)} are in no node's cpulist",
+            NUMA_FIX,
         )
     return nodes
 
@@ -379,20 +592,29 @@ class _Reader:
     def isdir(self, rel):
         return os.path.isdir(self.path(rel))
 
+    def lexists(self, rel):
+        return os.path.lexists(self.path(rel))
+
     def listdir(self, rel):
-        return os.listdir(self.path(rel))
+        try:
+            return os.listdir(self.path(rel))
+        except OSError as exc:
+            raise TopologyError(self.path(rel), f"cannot read: {exc.strerror}", NUMA_FIX) from None
 
     def text(self, rel, optional=False):
         path = self.path(rel)
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
-                return handle.read()
+                text = handle.read(MAX_FILE_CHARS + 1)
         except FileNotFoundError:
             if optional:
                 return None
             raise TopologyError(path, "missing") from None
         except OSError as exc:
             raise TopologyError(path, f"cannot read: {exc.strerror}") from None
+        if len(text) > MAX_FILE_CHARS:
+            raise TopologyError(path, f"larger than {MAX_FILE_CHARS // MIB} MiB, no kernel file is")
+        return text
 
     def parse(self, rel, parser, optional=False):
         """Return parser(file text); None if optional and absent."""
@@ -401,5 +623,7 @@ class _Reader:
             return None
         try:
             return parser(text)
+        except _Refusal as exc:
+            raise TopologyError(self.path(rel), str(exc), exc.fix) from None
         except ValueError as exc:
             raise TopologyError(self.path(rel), f"cannot parse: {exc}") from None

@@ -25,10 +25,32 @@ options:
       - Leave unset to infer it.
     type: str
     choices: [x86_64, aarch64, s390x, ppc64le]
+  numa:
+    description:
+      - How to read C(/sys/devices/system/node).
+      - V(strict) refuses a NUMA view that does not add up, naming the file - node lists that
+        overlap, online CPUs in no node's C(cpulist), a node directory that cannot be read (a
+        dangling or looping symlink), or no node directory on a machine with more than one
+        socket (C(physical_package_id)). A one-socket machine without it (a kernel built
+        without NUMA) is one node, as before.
+      - V(single) ignores the node directory and reads the machine as one node (id 0) holding
+        every allowed CPU and C(MemTotal); use it only for a machine whose node tree is broken
+        and which you accept to plan as one node (ranks may then span sockets).
+    type: str
+    choices: [strict, single]
+    default: strict
 notes:
   - Supports check mode; the module never changes the host.
   - Node memory is the node's C(MemTotal); only the host-wide RV(ansible_facts.vllm_cpu.memory_mib)
     is capped by the cgroup memory limit.
+  - >-
+    Bad input is refused before anything uses it, as C(<file>: <problem>; fix: <fix>) with the file
+    under C(/proc) or C(/sys) - numbers that are not plain ASCII decimals (Python's int() would take
+    Unicode digits), CPU ids above 65535, C(MemTotal) or a memory limit under 1 MiB (0 is not
+    "unlimited"), a cgroup CPU quota that is not C(QUOTA PERIOD), CPUs in C(online) that are not
+    C(possible), a cpuset or affinity that leaves no online CPU, an x86_64 or aarch64
+    C(/proc/cpuinfo) without a flags (Features) line on every processor, an x86_64 CPU without
+    AVX2, files larger than 64 MiB; and, with O(numa=strict), an inconsistent NUMA view.
 author:
   - vllm-cpu-fleet maintainers
 """
@@ -113,9 +135,19 @@ ansible_facts:
         cgroup:
           description: >-
             C(version) (1, 2 or null), C(cpus) (cpuset CPU ids or null when unrestricted),
-            C(memory_max_mib) (null when unlimited).
+            C(memory_max_mib) (null when unlimited), C(cpu_limit) (the CPU quota as whole CPUs,
+            ceil(quota / period) of v2 C(cpu.max) or v1 C(cpu.cfs_quota_us) / C(cpu.cfs_period_us),
+            null when unlimited; rounded up, as the JVM and .NET read it, so 1.5 CPUs of time
+            give 2 threads and a quota under one CPU still gets one).
           type: dict
-          sample: {version: 2, cpus: [8, 9, 136, 137], memory_max_mib: 32768}
+          sample: {version: 2, cpus: [8, 9, 136, 137], memory_max_mib: 32768, cpu_limit: 2}
+        usable_cpus:
+          description: >-
+            How many CPUs' worth of work the host's processes can run at once - the number of
+            allowed CPUs, lowered to C(cgroup.cpu_limit) under a CPU quota. The planner sizes
+            OpenMP threads, instances and MAX_JOBS to it.
+          type: int
+          sample: 4
         numa_nodes:
           description: >-
             Nodes sorted by id, each with C(id), C(cpus) (allowed online CPUs), C(cores) (lists of
@@ -128,7 +160,7 @@ ansible_facts:
 
 # Ansible modules keep their imports below the documentation strings.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_cpu_topology import TopologyError, read_cpu_facts  # noqa: E402
+from ansible.module_utils.vllm_cpu_topology import NUMA_MODES, TopologyError, read_cpu_facts  # noqa: E402
 
 
 def main():
@@ -136,13 +168,18 @@ def main():
         argument_spec={
             "root": {"type": "path", "default": "/"},
             "arch": {"type": "str", "choices": ["x86_64", "aarch64", "s390x", "ppc64le"]},
+            "numa": {"type": "str", "choices": list(NUMA_MODES), "default": "strict"},
         },
         supports_check_mode=True,
     )
+    params = module.params
     try:
-        facts = read_cpu_facts(module.params["root"], arch=module.params["arch"])
+        facts = read_cpu_facts(params["root"], arch=params["arch"], numa=params["numa"])
     except TopologyError as exc:
         module.fail_json(msg=f"cannot read CPU facts: {exc}", path=exc.path)
+    except (OSError, ValueError, MemoryError, RecursionError) as exc:
+        # Not expected (TopologyError covers every file): still a message, not a traceback.
+        module.fail_json(msg=f"cannot read CPU facts under {params['root']}: {type(exc).__name__}: {str(exc)[:300]}")
     module.exit_json(changed=False, ansible_facts={"vllm_cpu": facts})
 
 

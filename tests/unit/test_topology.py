@@ -109,6 +109,11 @@ def test_arch_override(machine_root):
     (root / "proc/cpuinfo").write_text("processor\t: 0\n\nprocessor\t: 1\n")
     with pytest.raises(TopologyError, match="cannot infer the architecture"):
         read_cpu_facts(str(root))
+    # Told it is x86_64, a cpuinfo without flags still cannot say which ISA (it used
+    # to be classed x86_64-avx2, a guess that picks a wheel the CPU may not run).
+    with pytest.raises(TopologyError, match="no flags line on x86_64"):
+        read_cpu_facts(str(root), arch="x86_64")
+    (root / "proc/cpuinfo").write_text("processor\t: 0\nflags\t: avx2\n\nprocessor\t: 1\nflags\t: avx2\n")
     facts = read_cpu_facts(str(root), arch="x86_64")
     assert (facts["arch"], facts["isa_class"]) == ("x86_64", "x86_64-avx2")
     with pytest.raises(ValueError, match="arch must be one of"):
@@ -122,7 +127,12 @@ def test_cgroup_v1_limit_and_cpuset(machine_root):
     (root / "sys/fs/cgroup/cpuset/cpuset.cpus").write_text("0-3,112-115\n")
     (root / "sys/fs/cgroup/memory/memory.limit_in_bytes").write_text("17179869184\n")
     facts = read_cpu_facts(str(root))
-    assert facts["cgroup"] == {"version": 1, "cpus": [0, 1, 2, 3, 112, 113, 114, 115], "memory_max_mib": 16384}
+    assert facts["cgroup"] == {
+        "version": 1,
+        "cpus": [0, 1, 2, 3, 112, 113, 114, 115],
+        "memory_max_mib": 16384,
+        "cpu_limit": None,
+    }
     assert facts["memory_mib"] == 16384
     assert facts["numa_nodes"][0]["cores"] == [[0, 112], [1, 113], [2, 114], [3, 115]]
     assert facts["numa_nodes"][1]["cpus"] == []
@@ -293,7 +303,7 @@ def test_parse_status_cpus():
         ("9223372036854771712\n", None),
         ("9223372036854710272\n", None),
         ("34359738368\n", 32768),
-        ("1048575\n", 0),
+        ("1048576\n", 1),
     ],
 )
 def test_parse_memory_limit(text, mib):
@@ -303,6 +313,10 @@ def test_parse_memory_limit(text, mib):
 def test_parse_memory_limit_rejects_garbage():
     with pytest.raises(ValueError, match="not a byte count"):
         parse_memory_limit("-1\n")
+    # Under 1 MiB (0 included) is no memory at all, never "unlimited".
+    for text in ("0\n", "1048575\n"):
+        with pytest.raises(ValueError, match="leaves no memory"):
+            parse_memory_limit(text)
 
 
 def test_parse_distance():
