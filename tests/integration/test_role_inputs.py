@@ -81,3 +81,52 @@ def test_vllm_plan_defaults_are_the_planners():
     knobs.pop("facts_root")
     assert set(knobs) == set(vllm_cpu_planner.DEFAULTS) - {"vllm_version", "host", "variable_prefix"}
     assert vllm_cpu_planner._options(knobs) == vllm_cpu_planner._options({})
+
+
+def _tasks_from_calls():
+    """(file, role, entry point) of every include_role/import_role with tasks_from in the project."""
+    calls = []
+    files = [
+        REPO / "site.yml",
+        *REPO.glob("playbooks/*.yml"),
+        *REPO.glob("roles/*/tasks/*.yml"),
+        *REPO.glob("molecule/*/*.yml"),
+    ]
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role"):
+                call = node.get(key)
+                if isinstance(call, dict) and "tasks_from" in call:
+                    calls.append((path.relative_to(REPO).as_posix(), call["name"], call["tasks_from"]))
+            for value in node.values():
+                walk(value, path)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, path)
+
+    for path in files:
+        walk(yaml.safe_load(path.read_text()), path)
+    return calls
+
+
+def test_every_tasks_from_has_an_argument_spec():
+    """ansible-core validates only the entry point named by tasks_from: one without a spec checks nothing."""
+    calls = _tasks_from_calls()
+    assert len(calls) > 10, "the scan found too few tasks_from calls to be looking at the project"
+    missing = []
+    for where, role, entry in calls:
+        specs = yaml.safe_load((REPO / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]
+        if entry not in specs:
+            missing.append(f"{where}: {role} tasks_from {entry}")
+    assert not missing, "entry points without an argument spec: " + "; ".join(missing)
+
+
+def test_entry_point_specs_cover_the_role_defaults():
+    """Every entry point validates at least the role's own defaults (they share main's options)."""
+    for spec_file in REPO.glob("roles/*/meta/argument_specs.yml"):
+        specs = yaml.safe_load(spec_file.read_text())["argument_specs"]
+        main = set(specs["main"]["options"])
+        for entry, spec in specs.items():
+            missing = sorted(main - set(spec.get("options", {})))
+            assert not missing, f"{spec_file}: entry point {entry} does not validate {missing}"

@@ -2,8 +2,10 @@
 """Send CONCURRENCY completions at once to a vLLM instance and wait for all of them.
 
 Usage: smoke_completion.py PORT MODEL MAX_TOKENS CONCURRENCY TIMEOUT_SECONDS
-The prompt comes from VLLM_SMOKE_PROMPT and the API key, if any, from
-VLLM_API_KEY (kept off the command line). Concurrent requests make the
+The prompt comes from VLLM_SMOKE_PROMPT, the address from VLLM_SMOKE_HOST
+(default 127.0.0.1) and the API key, if any, from the instances' own secrets
+file named by VLLM_SMOKE_SECRETS_FILE (so a rolled-back host is checked with the
+key it serves with), else from VLLM_API_KEY; never from the command line. Concurrent requests make the
 instance run batched steps before a load balancer sends it real traffic, so
 work a fresh instance does on its first batches happens inside the health gate.
 Prints one JSON object {"ok", "completed", "seconds", "text", "errors"} and
@@ -24,7 +26,9 @@ def complete(port, model, max_tokens, timeout, prompt, key):
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = "Bearer " + key
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers=headers)
+    host = os.environ.get("VLLM_SMOKE_HOST", "127.0.0.1")
+    host = f"[{host}]" if ":" in host else host
+    request = urllib.request.Request(f"http://{host}:{port}/v1/completions", data=body, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             answer = json.loads(response.read())
@@ -37,9 +41,24 @@ def complete(port, model, max_tokens, timeout, prompt, key):
     return None, "answer without generated tokens"
 
 
+def key_from_secrets(path):
+    """VLLM_API_KEY from an EnvironmentFile written by secrets.env.j2 (value JSON-quoted)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                name, _, value = line.strip().partition("=")
+                if name == "VLLM_API_KEY":
+                    value = value.strip()
+                    return json.loads(value) if value.startswith('"') else value
+    except FileNotFoundError:
+        return ""
+    return ""
+
+
 def main(port, model, max_tokens, concurrency, timeout):
     prompt = os.environ.get("VLLM_SMOKE_PROMPT", "Hello")
-    key = os.environ.get("VLLM_API_KEY", "")
+    secrets = os.environ.get("VLLM_SMOKE_SECRETS_FILE", "")
+    key = key_from_secrets(secrets) if secrets else os.environ.get("VLLM_API_KEY", "")
     results = [None] * concurrency
 
     def run(index):
