@@ -245,6 +245,10 @@ def _build(src, evidence):
     env = _cmake_env(src)
     index, _ = _find(lines, r"\$ENV\{VLLM_CPU_")
     evidence["build_isa_env"] = _where(CMAKE, index) if index is not None else CMAKE
+    read_at = {}
+    for number, line in enumerate(lines):
+        for name in re.findall(r"\$ENV\{(VLLM_CPU_\w+)\}", line):
+            read_at.setdefault(name, _where(CMAKE, number))
     isa = {}
     if universal:
         isa["x86_64"] = {}
@@ -264,6 +268,11 @@ def _build(src, evidence):
         isa["aarch64-bf16-i8mm"] = dict(bf16, VLLM_CPU_ARM_I8MM="1")
     isa["aarch64-bf16"] = bf16
     isa["aarch64-neon"] = {}
+    for wheel_class, variables in isa.items():
+        places = [read_at[name] for name in variables if name in read_at]
+        if wheel_class == "x86_64":
+            places = [evidence["universal_x86_wheel"]]
+        evidence[f"build_isa_env.{wheel_class}"] = ", ".join(places) or f"{CMAKE} (no variable for this class)"
     return universal, dict(sorted(isa.items()))
 
 
@@ -399,11 +408,22 @@ def probe(path, version=None, sha256=None):
 # --------------------------------------------------------------------- comparing
 
 
-def _flatten(value, prefix=""):
-    if isinstance(value, dict) and value:
+# How deep a row is compared: a wheel class's build variables and an arch's gcc
+# policy compare as one value, a variable of env_vars field by field.
+_DIFF_DEPTH = {"env_vars": 3, "build_isa_env": 2, "gcc_by_arch": 2}
+
+
+def _flatten(value, shared, prefix=""):
+    """{dotted key: value}; a variable of env_vars is split into its fields only when both rows have it."""
+    top = prefix.split(".")[0]
+    depth = len(prefix.split(".")) if prefix else 0
+    limit = _DIFF_DEPTH.get(top, 1) if prefix else 1
+    if top == "env_vars" and depth == 2 and prefix.split(".")[1] not in shared:
+        limit = 2
+    if isinstance(value, dict) and depth < limit:
         out = {}
         for key, item in value.items():
-            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+            out.update(_flatten(item, shared, f"{prefix}.{key}" if prefix else str(key)))
         return out
     return {prefix: value}
 
@@ -420,7 +440,8 @@ def _evidence_for(evidence, key):
 
 def diff_rows(old, new, old_evidence=None, new_evidence=None, skip=("version", "git_tag", "sdist_sha256")):
     """Every difference as (key, old value, new value, old where, new where)."""
-    old_flat, new_flat = _flatten(old), _flatten(new)
+    shared = set(old.get("env_vars") or {}) & set(new.get("env_vars") or {})
+    old_flat, new_flat = _flatten(old, shared), _flatten(new, shared)
     out = []
     for key in sorted(set(old_flat) | set(new_flat)):
         if key.split(".")[0] in skip:

@@ -1,0 +1,77 @@
+"""Every row of the release table equals what its release's sdist says.
+
+Each sdist comes from the package index once per machine into the probe's cache
+($VLLM_SDIST_CACHE, default .cache/vllm-sdists/) and is checked against the
+sha256 in the table (which the index published); later runs read the cache
+only. A fresh machine downloads about 1 GB; docs/vllm-releases.md records how
+long that and the probes take.
+"""
+
+import sys
+
+import pytest
+from ansible.module_utils import vllm_cpu_release_probe as probe_lib
+from ansible.module_utils.vllm_cpu_releases import RELEASES, supported_versions
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import vllm_release_probe as cli
+
+CACHE = probe_lib.cache_dir() if probe_lib.cache_dir().is_absolute() else REPO / probe_lib.cache_dir()
+FIRST, LAST = "0.13.0", "0.33.0"
+
+
+@pytest.fixture(scope="module")
+def index():
+    return probe_lib.index_releases()
+
+
+@pytest.fixture(scope="module")
+def probed():
+    """version -> (row, evidence, notes) for every table release, from its sdist."""
+    results = {}
+
+    def get(version):
+        if version not in results:
+            row = RELEASES[version]
+            sdist = probe_lib.fetch_sdist(version, sha256=row["sdist_sha256"], cache=CACHE)
+            results[version] = probe_lib.probe(sdist, version=version, sha256=row["sdist_sha256"])
+        return results[version]
+
+    return get
+
+
+def test_the_table_has_every_release_with_an_sdist(index):
+    published = probe_lib.release_range(index, FIRST, LAST)
+    assert len(published) == 31
+    with_sdist = [v for v in published if index[v] is not None]
+    assert supported_versions() == with_sdist
+    # Wheels only on the index: no source to derive a row from (a tag tarball would do).
+    assert [v for v in published if index[v] is None] == ["0.15.0", "0.15.1"]
+    for version in with_sdist:
+        assert RELEASES[version]["sdist_sha256"] == index[version]["sha256"], version
+
+
+@pytest.mark.parametrize("version", supported_versions())
+def test_row_equals_the_source(version, probed):
+    row, evidence, _ = probed(version)
+    stored = {k: v for k, v in RELEASES[version].items() if k != "gcc_workarounds"}
+    assert probe_lib.diff_rows(stored, row, skip=()) == []
+    assert row == stored
+    # Every fact has a place in the source a reviewer can open.
+    for key in ("torch_version", "python_versions", "min_gcc", "min_cmake", "universal_x86_wheel",
+                "preloads_tcmalloc", "build_isa_env", "serve_entrypoint"):  # fmt: skip
+        assert evidence[key], key
+    for name in row["env_vars"]:
+        assert ":" in evidence[f"env_vars.{name}"], name
+
+
+def test_the_documented_diffs_are_what_the_probe_prints(probed):
+    """docs/vllm-releases.md shows the probe's output for 0.32.0 vs 0.31.0 and 0.33.0 vs 0.32.0."""
+    docs = (REPO / "docs" / "vllm-releases.md").read_text()
+    for old, new in (("0.31.0", "0.32.0"), ("0.32.0", "0.33.0")):
+        new_row, new_evidence, new_notes = probed(new)
+        old_row, old_evidence, _ = probed(old)
+        text = cli.report(new_row, new_evidence, new_notes, old, old_row, old_evidence, RELEASES[new])
+        diff = text[text.index(f"Differences from {old}") :]
+        assert diff in docs, f"docs/vllm-releases.md lacks the current probe output for {new} vs {old}:\n{diff}"

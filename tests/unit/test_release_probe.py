@@ -1,0 +1,206 @@
+"""The release probe on small stand-in source trees and a fake package index (no network).
+
+The real sdists are probed in tests/integration/test_release_table.py.
+"""
+
+import hashlib
+import io
+import json
+import sys
+import tarfile
+
+import pytest
+from ansible.module_utils import vllm_cpu_release_probe as probe_lib
+from ansible.module_utils.vllm_cpu_releases import validate_row
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import vllm_release_probe as cli
+
+ENVS = '''environment_variables = {
+    # (CPU backend only) CPU key-value cache space.
+    "VLLM_CPU_KVCACHE_SPACE": lambda: (
+        int(os.getenv("VLLM_CPU_KVCACHE_SPACE", "0"))
+        if "VLLM_CPU_KVCACHE_SPACE" in os.environ
+        else None
+    ),
+    "VLLM_CPU_OMP_THREADS_BIND": lambda: os.getenv("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": lambda: (
+        int(os.getenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"))
+        if "VLLM_CPU_NUM_OF_RESERVED_CPU" in os.environ
+        else None
+    ),
+    "VLLM_CPU_NEW_KNOB": lambda: bool(int(os.getenv("VLLM_CPU_NEW_KNOB", "1"))),
+}
+ignored = ["VLLM_CPU_MOE_PREPACK"]
+'''
+CMAKE = """set(ENABLE_X86_ISA $ENV{VLLM_CPU_X86})
+set(ENABLE_ARM_BF16 $ENV{VLLM_CPU_ARM_BF16})
+if (CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|amd64" OR ENABLE_X86_ISA)
+    if (NOT (CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND
+            CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 13.1))
+        message(FATAL_ERROR "X86 backend requires gcc/g++ >= 13.1")
+    endif()
+endif()
+    define_extension_target(
+        _C_AVX2
+        DESTINATION vllm)
+        FetchContent_Declare(
+            oneDNN
+            GIT_REPOSITORY https://github.com/oneapi-src/oneDNN.git
+            GIT_TAG        v3.14
+"""
+FILES = {
+    "vllm/envs.py": ENVS,
+    "vllm/platforms/cpu.py": "kv = 1\ncache_config.kv_cache_memory_bytes = kv\n"
+    'if "libtcmalloc" not in ld_preload_str:\n',
+    "vllm/utils/ompmultiprocessing.py": 'n = envs.VLLM_CPU_NUM_OF_RESERVED_CPU\nos.environ.get("VLLM_CPU_SIM", "0")\n',
+    "vllm/entrypoints/cli/serve.py": "",
+    "cmake/cpu_extension.cmake": CMAKE,
+    "requirements/build/cpu.txt": "cmake>=3.27\ntorch==2.15.0+cpu; platform_machine == 'x86_64'\n",
+    "requirements/cpu.txt": "-r common.txt\ntorch==2.15.0+cpu; platform_machine == 'x86_64'\n"
+    "triton @ https://github.com/triton-lang/triton-cpu/releases/download/v3.9.0/triton-3.9.0+cpu.whl ; x\n",
+    "pyproject.toml": '[project]\nclassifiers = [\n    "Programming Language :: Python :: 3.12",\n'
+    '    "Programming Language :: Python :: 3.13",\n]\nrequires-python = ">=3.12,<3.14"\n'
+    '[project.scripts]\nvllm = "vllm.entrypoints.cli.main:main"\n',
+    "PKG-INFO": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.34.0+cpu\n",
+}
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "vllm-0.34.0"
+    for rel, text in FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_a_directory_gives_a_valid_row_with_places(tree):
+    row, evidence, notes = probe_lib.probe(tree)
+    assert row["version"] == "0.34.0" and evidence["version"] == "PKG-INFO:3"
+    assert row["sdist_sha256"] is None
+    assert row["min_gcc"] == "13.1" and row["gcc_below_min"] == "fatal"
+    assert row["gcc_by_arch"]["aarch64"] == {"below_min": "degrade", "isas_dropped": []}
+    assert row["universal_x86_wheel"] and row["build_isa_env"]["aarch64-bf16"] == {"VLLM_CPU_ARM_BF16": "1"}
+    assert row["torch_version"] == "2.15.0" and row["min_cmake"] == "3.27"
+    assert row["python_versions"] == ["3.12", "3.13"]
+    assert row["runtime_requirements_github_urls"] == ["triton (triton-cpu v3.9.0)"]
+    assert row["serve_entrypoint"] == "vllm serve"
+    assert row["preloads_tcmalloc"] and not row["preloads_iomp"]
+    assert row["env_vars"] == {
+        "VLLM_CPU_KVCACHE_SPACE": {"type": "int", "default": None, "unset": "gpu_memory_utilization"},
+        "VLLM_CPU_NEW_KNOB": {"type": "bool", "default": "1"},
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": {"type": "int", "default": None, "scope": "total"},
+        "VLLM_CPU_OMP_THREADS_BIND": {"type": "str", "default": "auto"},
+        "VLLM_CPU_SIM": {"type": "str", "default": "0"},
+    }
+    assert evidence["env_vars.VLLM_CPU_NEW_KNOB"] == "vllm/envs.py:14"
+    assert evidence["env_vars.VLLM_CPU_SIM"] == "vllm/utils/ompmultiprocessing.py:2"
+    assert evidence["min_gcc"] == "cmake/cpu_extension.cmake:5"
+    assert notes["onednn_git_tags"][0] == ["v3.14 (cmake/cpu_extension.cmake:15)"]
+    assert validate_row("0.34.0", row) == []
+
+
+def test_a_tarball_gives_the_same_row_and_its_sha256(tree, tmp_path):
+    sdist = tmp_path / "vllm-0.34.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(tree, arcname="vllm-0.34.0")
+    row, _, _ = probe_lib.probe(sdist)
+    assert row["sdist_sha256"] == hashlib.sha256(sdist.read_bytes()).hexdigest()
+    assert dict(row, sdist_sha256=None) == probe_lib.probe(tree)[0]
+
+
+def test_differences_carry_both_places(tree):
+    new, new_ev, _ = probe_lib.probe(tree)
+    (tree / "requirements/cpu.txt").write_text("torch==2.14.0+cpu\n")
+    (tree / "requirements/build/cpu.txt").write_text("cmake>=3.27\ntorch==2.14.0+cpu\n")
+    old, old_ev, _ = probe_lib.probe(tree)
+    assert probe_lib.diff_rows(old, new, old_ev, new_ev) == [
+        ("runtime_requirements_github_urls", [], ["triton (triton-cpu v3.9.0)"], "requirements/cpu.txt",
+         "requirements/cpu.txt:3"),
+        ("torch_version", "2.14.0", "2.15.0", "requirements/cpu.txt:1", "requirements/cpu.txt:2"),
+    ]  # fmt: skip
+
+
+def test_an_unreadable_fact_stops_the_probe(tree):
+    (tree / "cmake/cpu_extension.cmake").write_text("# no compiler check\n")
+    with pytest.raises(probe_lib.ProbeError, match="no gcc version check"):
+        probe_lib.probe(tree)
+    with pytest.raises(probe_lib.ProbeError, match="not a vLLM source"):
+        probe_lib.probe(tree / "cmake")
+
+
+def test_early_release_semantics(tree):
+    (tree / "vllm/utils/ompmultiprocessing.py").unlink()
+    (tree / "vllm/v1/worker").mkdir(parents=True)
+    (tree / "vllm/v1/worker/cpu_worker.py").write_text("n = envs.VLLM_CPU_NUM_OF_RESERVED_CPU\n")
+    (tree / "vllm/platforms/cpu.py").write_text("DEFAULT_CPU_MEM_UTILIZATION = 0.5\n")
+    cmake = (
+        "set(ENABLE_AVX512BF16 $ENV{VLLM_CPU_AVX512BF16})\n"
+        'if (AVX512_DISABLED)\nendif()\nif ($ENV{VLLM_CPU_DISABLE_AVX512})\nendif()\n'
+        "        if (CMAKE_CXX_COMPILER_ID STREQUAL \"GNU\" AND\n"
+        "            CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12.3)\n"
+        "        else()\n"
+        '            message(WARNING "Disable AVX512-BF16 ISA support, requires gcc/g++ >= 12.3")\n'
+    )
+    (tree / "cmake/cpu_extension.cmake").write_text(cmake)
+    row, _, _ = probe_lib.probe(tree)
+    assert row["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "per_rank"
+    assert row["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "half_of_ram_per_node"
+    assert row["gcc_by_arch"]["x86_64"] == {"below_min": "degrade", "isas_dropped": ["avx512_bf16"]}
+    assert not row["universal_x86_wheel"] and not row["preloads_tcmalloc"]
+    assert row["build_isa_env"]["x86_64-amx"] == {"VLLM_CPU_AVX512BF16": "1"}
+    assert row["build_isa_env"]["x86_64-avx2"] == {"VLLM_CPU_DISABLE_AVX512": "true"}
+
+
+class FakeIndex:
+    """urlopen stand-in: the JSON API with the mirror's relative links, and the file."""
+
+    def __init__(self, payload):
+        self.payload = payload
+        self.digest = hashlib.sha256(payload).hexdigest()
+        self.calls = []
+
+    def __call__(self, url, timeout=None):
+        self.calls.append(url)
+        if url.endswith("/json"):
+            files = [
+                {"packagetype": "bdist_wheel", "url": "../../packages/aa/x.whl", "digests": {"sha256": "0" * 64}},
+                {"packagetype": "sdist", "filename": "vllm-0.34.0.tar.gz",
+                 "url": "../../packages/bb/vllm-0.34.0.tar.gz", "digests": {"sha256": self.digest},
+                 "size": len(self.payload)},
+            ]  # fmt: skip
+            body = {"releases": {"0.34.0": files, "0.34.1rc1": files, "0.15.0": files[:1]}}
+            return io.BytesIO(json.dumps(body).encode())
+        return io.BytesIO(self.payload)
+
+
+def test_index_and_range():
+    releases = probe_lib.index_releases(opener=FakeIndex(b"x"))
+    assert releases["0.15.0"] is None
+    assert releases["0.34.0"]["url"] == "https://files.pythonhosted.org/packages/bb/vllm-0.34.0.tar.gz"
+    assert probe_lib.release_range(releases, "0.15.0", "0.34.0") == ["0.15.0", "0.34.0"]
+
+
+def test_fetch_downloads_once_and_checks_sha256(tmp_path, monkeypatch):
+    index = FakeIndex(b"sdist bytes")
+    monkeypatch.setenv(probe_lib.CACHE_ENV, str(tmp_path / "cache"))
+    path = probe_lib.fetch_sdist("0.34.0", opener=index)
+    assert path == tmp_path / "cache" / "vllm-0.34.0.tar.gz" and path.read_bytes() == b"sdist bytes"
+    downloads = len(index.calls)
+    assert probe_lib.fetch_sdist("0.34.0", sha256=index.digest, opener=index) == path
+    assert len(index.calls) == downloads  # served from the cache, no index call
+    with pytest.raises(probe_lib.ProbeError, match="sha256"):
+        probe_lib.fetch_sdist("0.34.0", sha256="f" * 64, opener=index)
+    with pytest.raises(probe_lib.ProbeError, match="no sdist"):
+        probe_lib.fetch_sdist("0.15.0", opener=index)
+
+
+def test_cli_prints_the_row_and_inventory(tree, capsys):
+    assert cli.main([str(tree), "--against", str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert "vLLM 0.34.0" in out and "torch_version: 2.15.0    [requirements/cpu.txt:2]" in out
+    assert "No differences from" in out
+    assert cli.main([str(tree), "--as-inventory"]) == 0
+    assert capsys.readouterr().out.startswith("---\n# vLLM 0.34.0 as derived")
