@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Send completions through a load balancer until told to stop; count every answer.
 
-  python3 tools/loadgen.py --url http://LB:8080 --api-key-file KEYFILE --model tiny-llama \
-      --concurrency 2 --stop-file /tmp/stop --out result.json
+  python3 tools/loadgen.py --url https://LB:8080 --ca-file .cache/tls/ca.crt \
+      --api-key-file KEYFILE --model tiny-llama --concurrency 2 --stop-file /tmp/stop --out result.json
+
+An https URL is verified against --ca-file (the CA that signed the load
+balancer's certificate), or the system's trust store without it.
 
 Each worker sends one request after another (a new connection each, like
 independent clients). A request counts as answered only with HTTP 200 and a
@@ -16,16 +19,17 @@ Stdlib only, so it runs with any Python 3.
 import argparse
 import json
 import os
+import ssl
 import threading
 import time
 import urllib.error
 import urllib.request
 
 
-def one_request(url, headers, body, timeout):
+def one_request(url, headers, body, timeout, context=None):
     request = urllib.request.Request(url + "/v1/completions", data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             payload = json.loads(response.read())
             if response.status == 200 and payload.get("choices"):
                 return None
@@ -36,10 +40,18 @@ def one_request(url, headers, body, timeout):
         return f"{type(err).__name__}: {err}"
 
 
-def worker(args, headers, body, state, lock, stop):
+def current_headers(args, headers):
+    """The headers with the key file's current content: a test moves the client to a rotated key by rewriting it."""
+    if not args.api_key_file:
+        return headers
+    with open(args.api_key_file) as handle:
+        return {**headers, "Authorization": "Bearer " + handle.read().strip()}
+
+
+def worker(args, headers, body, state, lock, stop, context=None):
     while not stop.is_set():
         started = time.time()
-        error = one_request(args.url, headers, body, args.timeout)
+        error = one_request(args.url, current_headers(args, headers), body, args.timeout, context)
         took = time.time() - started
         with lock:
             state["sent"] += 1
@@ -62,7 +74,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--api-key-file", help="file holding the API key (kept off the command line)")
+    parser.add_argument("--api-key-file", help="file with the API key (off the command line; read for every request)")
+    parser.add_argument("--ca-file", help="CA certificate (PEM) that signed the load balancer's certificate")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=300)
@@ -72,16 +85,19 @@ def main():
     args = parser.parse_args()
 
     headers = {"Content-Type": "application/json"}
-    if args.api_key_file:
-        with open(args.api_key_file) as handle:
-            headers["Authorization"] = "Bearer " + handle.read().strip()
     body = json.dumps(
         {"model": args.model, "prompt": "The capital of France is", "max_tokens": args.max_tokens, "temperature": 0}
     ).encode()
+    context = None
+    if args.url.startswith("https://"):
+        context = ssl.create_default_context(cafile=args.ca_file)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+    elif args.ca_file:
+        parser.error("--ca-file needs an https:// --url")
     state = {"sent": 0, "answered": 0, "failed": 0, "latencies": [], "failures": [], "start": time.time()}
     lock, stop = threading.Lock(), threading.Event()
     threads = [
-        threading.Thread(target=worker, args=(args, headers, body, state, lock, stop), daemon=True)
+        threading.Thread(target=worker, args=(args, headers, body, state, lock, stop, context), daemon=True)
         for _ in range(args.concurrency)
     ]
     for thread in threads:
