@@ -105,7 +105,10 @@ def _version(src, version):
     index, match = _find(src.lines("PKG-INFO"), r"^Version:\s*(\S+)")
     if match:
         return match.group(1).split("+")[0], _where("PKG-INFO", index)
-    raise ProbeError(f"{src.path}: no PKG-INFO version; pass the version")
+    named = re.match(r"vllm-v?(\d+\.\d+\.\d+)(\.tar\.gz|\.tgz)?$", src.path.name)
+    if named:  # a tag tarball or checkout named after the tag
+        return named.group(1), f"{src.path.name} (file name)"
+    raise ProbeError(f"{src.path}: no PKG-INFO version and no vllm-X.Y.Z name; pass the version")
 
 
 def _env_spec(expr):
@@ -383,7 +386,8 @@ def probe(path, version=None, sha256=None):
     row = {
         "version": version,
         "git_tag": f"v{version}",
-        "sdist_sha256": sha256 or (_sha256(src.path) if src.path.is_file() else None),
+        # Only an sdist (it has PKG-INFO) has the digest the index publishes; a tag tarball has none.
+        "sdist_sha256": sha256 or (_sha256(src.path) if src.path.is_file() and "PKG-INFO" in src.files else None),
         "torch_version": torch,
         "python_versions": _python_versions(src, evidence),
         "min_gcc": min_gcc,

@@ -111,6 +111,19 @@ def test_a_tarball_gives_the_same_row_and_its_sha256(tree, tmp_path):
     assert dict(row, sdist_sha256=None) == probe_lib.probe(tree)[0]
 
 
+def test_a_tag_tarball_has_no_sdist_digest_and_is_named_by_its_file(tree, tmp_path):
+    (tree / "PKG-INFO").unlink()
+    tarball = tmp_path / "vllm-v0.34.0.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(tree, arcname="vllm-0.34.0")
+    row, evidence, _ = probe_lib.probe(tarball)
+    assert row["version"] == "0.34.0" and row["sdist_sha256"] is None
+    assert evidence["version"] == "vllm-v0.34.0.tar.gz (file name)"
+    (tree.parent / "src").mkdir()
+    with pytest.raises(probe_lib.ProbeError, match="pass the version"):
+        probe_lib.probe(tree.rename(tree.parent / "src" / "checkout"))
+
+
 def test_differences_carry_both_places(tree):
     new, new_ev, _ = probe_lib.probe(tree)
     (tree / "requirements/cpu.txt").write_text("torch==2.14.0+cpu\n")
