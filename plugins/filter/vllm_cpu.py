@@ -1,5 +1,6 @@
 """Thin Jinja2 filters over the vLLM CPU planner and release table."""
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import ansible.module_utils as _amu
@@ -22,6 +23,8 @@ from ansible.module_utils.vllm_cpu_releases import (  # noqa: E402
 
 def _split(options, overrides):
     """The planner's options without release_overrides, and the overrides (argument or options key)."""
+    if options is not None and not isinstance(options, Mapping):
+        return options, overrides or {}  # the planner refuses it with a message
     options = dict(options or {})
     from_options = options.pop("release_overrides", None)
     return options, (overrides if overrides is not None else from_options) or {}

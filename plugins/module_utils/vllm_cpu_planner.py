@@ -13,8 +13,9 @@ thread at every barrier, never shares a core with it.
 """
 
 import math
+import re
 
-from ansible.module_utils.vllm_cpu_cpulist import format_cpulist, parse_cpulist
+from ansible.module_utils.vllm_cpu_cpulist import MAX_CPU_ID, format_cpulist, parse_cpulist, show
 from ansible.module_utils.vllm_cpu_releases import (
     UnknownReleaseError,
     build_class,
@@ -45,12 +46,42 @@ DEFAULTS = {
     "build_gib_per_job": 3.0,
     "build_reserved_gib": 2.0,  # left to the OS, ninja, pip and the linker during a build
     "max_jobs": None,  # explicit MAX_JOBS (still checked against memory)
+    # How to read the facts' NUMA nodes: "strict" refuses nodes that overlap or leave
+    # usable CPUs out; "single" plans the host as one node (as vllm_cpu_facts numa=single).
+    "numa": "strict",
 }
 
 # vLLM's CPU docs: "the current release does not support tensor-parallel-size=6".
 UNSUPPORTED_TP = (6,)
 MODES = ("auto", "dp", "tp")
+NUMA_MODES = ("strict", "single")
+# vLLM's --dtype choices (vllm/config: auto, half, float16, bfloat16, float, float32).
+DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")
 GIB_MIB = 1024
+MAX_PORT = 65535
+# 1 PiB: no model, cache or host is larger; bigger numbers are typos.
+MAX_GIB = 1 << 20
+
+# How each numeric knob is read and bounded: (kind, lowest, lowest allowed itself, highest, example).
+# Values may arrive as strings (ansible-playbook -e tp=2): they are coerced strictly here,
+# since role argument specs validate types but leave the variables as they came.
+NUMBERS = {
+    "tp": ("int", 1, True, 4096, "2"),
+    "reserved_cpus": ("int", 0, True, MAX_CPU_ID, "1"),
+    "min_kvcache_gib": ("int", 1, True, MAX_GIB, "1"),
+    # VLLM_CPU_KVCACHE_SPACE is read with int(): whole GiB only.
+    "kvcache_gib": ("int", 1, True, MAX_GIB, "8"),
+    "base_port": ("int", 1, True, MAX_PORT, "8000"),
+    "max_jobs": ("int", 1, True, MAX_CPU_ID, "4"),
+    "model_size_gib": ("float", 0, False, MAX_GIB, "8"),
+    "runtime_overhead_gib": ("float", 0, True, MAX_GIB, "2"),
+    "build_gib_per_job": ("float", 0, False, MAX_GIB, "3"),
+    "build_reserved_gib": ("float", 0, True, MAX_GIB, "2"),
+    "memory_fraction": ("share", 0, False, 1, "0.8"),
+    "gpu_memory_utilization": ("share", 0, False, 1, "0.8"),
+}
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,30}(?:\.0*)?\Z")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]{1,30}(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?\Z")
 
 
 class PlanError(ValueError):
@@ -80,8 +111,9 @@ def check(facts, options):
 class _Problems(list):
     def __init__(self, host, prefix):
         super().__init__()
-        self.host = host or "host"
-        self.prefix = prefix
+        # Named in every message: never echo a huge or non-string value.
+        self.host = (host if isinstance(host, str) else show(host))[:100] or "host"
+        self.prefix = prefix if isinstance(prefix, str) else ""
 
     def add(self, variable, problem, fix, prefixed=True):
         name = f"{self.prefix}{variable}" if prefixed else variable
@@ -99,14 +131,288 @@ def _options(options):
     return merged
 
 
+def _kind(value):
+    """'a list', 'an integer', ... for messages about a value of the wrong type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a dict"
+    return f"a {type(value).__name__}"
+
+
+def _number(value, kind):
+    """(number, None) for a value of ``kind`` ("int" or "float"/"share"), else (None, problem)."""
+    whole = kind == "int"
+    wanted = "a whole number" if whole else "a number"
+    if isinstance(value, bool):
+        return None, f"{value!r} is a boolean, not {wanted}"
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None, f"{show(value)} is empty, not {wanted}"
+        if not (_INT_TEXT if whole else _FLOAT_TEXT).match(text):
+            return None, f"{show(value)} is not {wanted}"
+        # "2.0" is a whole number; its digits are bounded by the patterns.
+        value = float(text) if not whole else int(float(text)) if "." in text else int(text)
+    if isinstance(value, int):
+        return (value if whole else float(value)), None
+    if isinstance(value, float):
+        if whole:
+            if not math.isfinite(value) or value != int(value):
+                return None, f"{show(value)} is not {wanted}"
+            return int(value), None
+        if not math.isfinite(value):
+            return None, f"{show(value)} is not a finite number"
+        return value, None
+    return None, f"{show(value)} is {_kind(value)}, not {wanted}"
+
+
+def _coerce_options(opts, problems):
+    """Turn every numeric knob into an int or float within its bounds, or add a problem."""
+    for name, (kind, low, low_ok, high, example) in NUMBERS.items():
+        variable = name
+        if name == "memory_fraction":
+            variable = opts["fraction_variable"]
+        elif name == "gpu_memory_utilization":
+            continue  # already copied into memory_fraction and checked under its own name
+        value = opts[name]
+        if value is None:
+            continue
+        number, problem = _number(value, kind)
+        if problem:
+            problems.add(variable, problem, f"set it to {'a whole number' if kind == 'int' else 'a number'} "
+                         f"such as {example}" + (", or leave it unset (null)" if DEFAULTS[name] is None else ""))
+            continue
+        if kind == "share":
+            if not low < number <= high:
+                problems.add(
+                    variable,
+                    f"{show(value)} is not a share of a NUMA node's RAM (on CPU it sizes RAM, not GPU memory)",
+                    "use a number above 0 and at most 1, e.g. 0.8",
+                )
+                continue
+        elif number < low or (number == low and not low_ok):
+            bound = f"at least {low}" if low_ok else f"above {low}"
+            problems.add(
+                variable, f"{show(value)} is too small: it must be {bound}", f"set it to {bound}, e.g. {example}"
+            )
+            continue
+        elif number > high:
+            problems.add(
+                variable, f"{show(value)} is too large: it must be at most {high}", f"set it to at most {high}"
+            )
+            continue
+        opts[name] = number
+    if opts["fraction_variable"] == "gpu_memory_utilization":
+        opts["gpu_memory_utilization"] = opts["memory_fraction"]
+    _check_choice(opts, "mode", MODES, problems)
+    if opts["dtype"] is not None:
+        _check_choice(opts, "dtype", DTYPES, problems, what="a dtype vLLM accepts")
+    binds = opts["omp_threads_bind"]
+    if binds is not None:
+        if isinstance(binds, str):
+            binds = [binds]
+        if not isinstance(binds, (list, tuple)):
+            problems.add(
+                "omp_threads_bind", f"{show(binds)} is {_kind(binds)}, not a list of bind strings",
+                "give one string per instance, e.g. [\"1-27|56-83\"], or leave it unset (null)",
+            )
+        elif not binds:
+            problems.add(
+                "omp_threads_bind", "is an empty list: no instance to plan",
+                "give one bind string per instance, or leave it unset (null) to compute them",
+            )
+        else:
+            for index, text in enumerate(binds):
+                if not isinstance(text, str):
+                    problems.add(
+                        f"omp_threads_bind[{index}]", f"{show(text)} is {_kind(text)}, not a bind string",
+                        "write it as a quoted string like \"0-27|56-83\"",
+                    )
+            opts["omp_threads_bind"] = list(binds)
+
+
+def _check_choice(opts, name, choices, problems, what=None):
+    value = opts[name]
+    if isinstance(value, str) and value in choices:
+        return True
+    described = f"{show(value)} is not {what}: one of" if what else f"{show(value)} is not one of"
+    if not isinstance(value, str):
+        described = f"{show(value)} is {_kind(value)}, not one of"
+    problems.add(name, f"{described} {', '.join(choices)}", f"use {', '.join(choices[:-1])} or {choices[-1]}")
+    return False
+
+
+def _fact_int(problems, variable, value, low, high=None):
+    """True when a fact is an int in [low, high]; else a problem naming it."""
+    fix = "re-read the facts with the vllm_cpu_facts module (it refuses such trees)"
+    if value is None:
+        problems.add(variable, "is missing", fix, prefixed=False)
+    elif isinstance(value, bool) or not isinstance(value, int):
+        problems.add(variable, f"{show(value)} is not a whole number", fix, prefixed=False)
+    elif value < low:
+        problems.add(variable, f"{value} is not above {low - 1}" if low else f"{value} is below 0", fix, prefixed=False)
+    elif high is not None and value > high:
+        problems.add(variable, f"{value} is above {high}", fix, prefixed=False)
+    else:
+        return True
+    return False
+
+
+def _check_facts(facts, numa, problems):
+    """Refuse facts the planner cannot trust; True when they are usable."""
+    fix = "re-read the facts with the vllm_cpu_facts module (it refuses such trees)"
+    if not isinstance(facts, dict):
+        problems.add("vllm_cpu", f"is {_kind(facts)}, not a dict", "pass ansible_facts.vllm_cpu", prefixed=False)
+        return False
+    before = len(problems)
+    for key in ("arch", "isa_class"):
+        if not isinstance(facts.get(key), str) or not facts.get(key):
+            state = "is missing" if facts.get(key) is None else f"{show(facts.get(key))} is not a name"
+            problems.add(f"vllm_cpu.{key}", state, fix, prefixed=False)
+    if facts.get("isa") is not None and not isinstance(facts.get("isa"), dict):
+        problems.add("vllm_cpu.isa", f"is {_kind(facts['isa'])}, not a dict", fix, prefixed=False)
+    _fact_int(problems, "vllm_cpu.memory_mib", facts.get("memory_mib"), 1)
+    for key in ("online_cpus", "allowed_cpus"):
+        _fact_cpus(problems, f"vllm_cpu.{key}", facts.get(key))
+    cgroup = facts.get("cgroup")
+    if cgroup is not None and not isinstance(cgroup, dict):
+        problems.add("vllm_cpu.cgroup", f"is {_kind(cgroup)}, not a dict", fix, prefixed=False)
+    elif cgroup and cgroup.get("cpu_limit") is not None:
+        limit = cgroup["cpu_limit"]
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit < 1:
+            problems.add("vllm_cpu.cgroup.cpu_limit", f"{limit} is too small: it must be at least 1", fix,
+                         prefixed=False)
+        else:
+            _fact_int(problems, "vllm_cpu.cgroup.cpu_limit", limit, 1)
+    if facts.get("usable_cpus") is not None:
+        _fact_int(problems, "vllm_cpu.usable_cpus", facts["usable_cpus"], 1)
+    nodes = facts.get("numa_nodes")
+    if not isinstance(nodes, list):
+        state = "is missing" if nodes is None else f"is {_kind(nodes)}, not a list"
+        problems.add("vllm_cpu.numa_nodes", state, fix, prefixed=False)
+        return False
+    for index, node in enumerate(nodes):
+        variable = f"vllm_cpu.numa_nodes[{index}]"
+        if not isinstance(node, dict):
+            problems.add(variable, f"is {_kind(node)}, not a dict", fix, prefixed=False)
+            continue
+        _fact_int(problems, variable + ".id", node.get("id"), 0, 4095)
+        if node.get("memory_mib") is not None:
+            _fact_int(problems, variable + ".memory_mib", node["memory_mib"], 0)
+        cores = node.get("cores") or []
+        if not isinstance(cores, list) or not all(isinstance(core, list) for core in cores):
+            problems.add(variable + ".cores", "is not a list of lists of CPU ids", fix, prefixed=False)
+            continue
+        _fact_cpus(problems, variable + ".cores", [cpu for core in cores for cpu in core])
+    if len(problems) > before:
+        return False
+    if numa == "strict":
+        ids = [node["id"] for node in nodes]
+        if len(set(ids)) != len(ids):
+            problems.add("vllm_cpu.numa_nodes", "lists a node id twice", fix, prefixed=False)
+        owner = {}
+        for node in nodes:
+            for cpu in (cpu for core in node.get("cores") or [] for cpu in core):
+                if cpu in owner:
+                    problems.add(
+                        "vllm_cpu.numa_nodes",
+                        f"CPU {cpu} is in NUMA nodes {owner[cpu]} and {node['id']}" if owner[cpu] != node["id"]
+                        else f"CPU {cpu} is in two cores of NUMA node {node['id']}",
+                        fix + ", or set numa: single to plan the host as one node",
+                        prefixed=False,
+                    )
+                    return False
+                owner[cpu] = node["id"]
+        usable = set(facts.get("online_cpus") or []) & set(facts.get("allowed_cpus") or [])
+        homeless = sorted(usable - set(owner))
+        if homeless:
+            problems.add(
+                "vllm_cpu.numa_nodes",
+                f"online, allowed CPUs {format_cpulist(homeless)} are in no NUMA node",
+                fix + ", or set numa: single to plan the host as one node",
+                prefixed=False,
+            )
+    return len(problems) == before
+
+
+def _fact_cpus(problems, variable, cpus):
+    fix = "re-read the facts with the vllm_cpu_facts module"
+    if not isinstance(cpus, list):
+        state = "is missing" if cpus is None else f"is {_kind(cpus)}, not a list of CPU ids"
+        problems.add(variable, state, fix, prefixed=False)
+        return
+    for cpu in cpus:
+        if isinstance(cpu, bool) or not isinstance(cpu, int) or not 0 <= cpu <= MAX_CPU_ID:
+            problems.add(variable, f"{show(cpu)} is not a CPU id (0-{MAX_CPU_ID})", fix, prefixed=False)
+            return
+
+
+def _single_node(facts):
+    """The facts with every NUMA node merged into node 0 (numa: single)."""
+    cores, seen = [], set()
+    for node in facts["numa_nodes"]:
+        for core in node.get("cores") or []:
+            fresh = [cpu for cpu in core if cpu not in seen]
+            seen.update(fresh)
+            if fresh:
+                cores.append(sorted(fresh))
+    merged = {
+        "id": 0,
+        "cpus": sorted(seen),
+        "cores": sorted(cores),
+        "memory_mib": sum(node.get("memory_mib") or 0 for node in facts["numa_nodes"]) or facts["memory_mib"],
+        "distance": [10],
+    }
+    return dict(facts, numa_nodes=[merged])
+
+
 def _plan(facts, options):
+    if not isinstance(options, dict):
+        problems = _Problems("host", "")
+        problems.add("options", f"is {_kind(options)}, not a dict", "pass the planner options as a dict")
+        return None, problems
     opts = _options(options)
     problems = _Problems(opts["host"], opts["variable_prefix"])
+    for name in sorted(set(options) - set(DEFAULTS), key=str):
+        problems.add(
+            str(name)[:60],
+            "is not a planner option",
+            "check the spelling; the options are " + ", ".join(sorted(DEFAULTS)),
+        )
+    if not _check_choice(opts, "numa", NUMA_MODES, problems):
+        return None, problems
+    if not _check_facts(facts, opts["numa"], problems):
+        return None, problems
+    if opts["numa"] == "single":
+        facts = _single_node(facts)
+    version = opts["vllm_version"]
+    if not isinstance(version, (str, int, float)) or isinstance(version, bool) or len(str(version)) > 40:
+        problems.add(
+            "vllm_version",
+            f"vLLM version {show(version)} is not supported",
+            "set it to one of the supported versions, e.g. 0.32.0",
+            prefixed=False,
+        )
+        return None, problems
     try:
-        release = release_info(opts["vllm_version"])
+        release = release_info(version)
     except UnknownReleaseError as err:
         # vllm_version is the fleet's own variable, not a planner knob: never prefixed.
         problems.add("vllm_version", str(err), "set it to one of the supported versions", prefixed=False)
+        return None, problems
+    _coerce_options(opts, problems)
+    if problems:
         return None, problems
     topo = _Topology(facts)
     if not topo.nodes:
@@ -116,25 +422,22 @@ def _plan(facts, options):
             "check the host's cpuset/affinity (facts allowed_cpus)",
         )
         return None, problems
-    if opts["mode"] not in MODES:
-        problems.add("mode", f"{opts['mode']!r} is not one of {', '.join(MODES)}", "use auto, dp or tp")
-        return None, problems
-    fraction = opts["memory_fraction"]
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        problems.add(
-            opts["fraction_variable"],
-            f"{fraction!r} is not a share of a NUMA node's RAM (on CPU it sizes RAM, not GPU memory)",
-            "use a number above 0 and at most 1, e.g. 0.8",
-        )
-        return None, problems
-
     if opts["omp_threads_bind"] is not None:
         groups = _groups_from_bind(topo, opts, problems)
     else:
         groups = _groups_from_layout(topo, opts, problems)
-    if problems or not groups:
+    if not problems and not groups:
+        problems.add("omp_threads_bind", "no instance could be laid out", "check the binds and the facts")
+    if problems:
         return None, problems
     _check_node_sharing(groups, opts, problems)
+    last_port = opts["base_port"] + len(groups) - 1
+    if last_port > MAX_PORT:
+        problems.add(
+            "base_port",
+            f"instance {len(groups) - 1} would listen on {last_port}, above {MAX_PORT}",
+            f"set base_port to at most {MAX_PORT - len(groups) + 1}",
+        )
 
     instances = [_instance(index, group, topo, release, facts, opts, problems) for index, group in enumerate(groups)]
     used = {node for group in groups for node in group["nodes"]}
@@ -149,6 +452,19 @@ def _plan(facts, options):
         "build": _build(facts, release, opts, problems),
     }
     return result, problems
+
+
+def cpu_budget(facts):
+    """CPUs' worth of work the host may run at once under a cgroup CPU quota, or None.
+
+    The facts' cgroup.cpu_limit (ceil(quota / period)) and usable_cpus, whichever is
+    smaller; None when neither limits the allowed CPUs.
+    """
+    limits = [(facts.get("cgroup") or {}).get("cpu_limit"), facts.get("usable_cpus")]
+    limits = [limit for limit in limits if limit is not None]
+    allowed = len(facts.get("allowed_cpus") or [])
+    budget = min(limits) if limits else None
+    return budget if budget is not None and budget < allowed else None
 
 
 class _Topology:
@@ -181,6 +497,7 @@ class _Topology:
         # out in proportion to the nodes' own memory.
         node_total = sum(self.memory_of[n] for n in self.node_ids) or 1
         self.cgroup_scale = min(1.0, self.memory_mib / node_total) if self.memory_mib else 1.0
+        self.cpu_budget = cpu_budget(facts)
 
     def usable_gib(self, node, fraction):
         """Memory one rank on ``node`` may use for weights, KV cache and runtime."""
@@ -262,7 +579,40 @@ def _groups_from_layout(topo, opts, problems):
         reserved_cores = _reserved_cores(topo, nodes, opts, problems)
         ranks = [[core[0] for core in topo.nodes[n] if core not in reserved_cores] for n in nodes]
         groups.append({"nodes": nodes, "tp": tp, "ranks": ranks, "reserved": reserved_cores})
-    return groups
+    return _fit_cpu_budget(groups, topo, problems)
+
+
+def _fit_cpu_budget(groups, topo, problems):
+    """Under a CPU quota: as many instances as get a thread per rank, threads shared out evenly.
+
+    An instance needs at least one thread per rank plus its reserved cores; instances that
+    do not fit are left out (their nodes appear in unused_numa_nodes), and the kept ones'
+    ranks bind their lowest cores, (budget - reserved) / ranks threads each.
+    """
+    budget = topo.cpu_budget
+    if budget is None or not groups or problems:
+        return groups
+    kept, used = [], 0
+    for group in groups:
+        need = group["tp"] + len(group["reserved"])
+        if used + need > budget:
+            break
+        kept.append(group)
+        used += need
+    if not kept:
+        group = groups[0]
+        need = group["tp"] + len(group["reserved"])
+        problems.add(
+            "reserved_cpus" if group["reserved"] else "tp",
+            f"the cgroup CPU quota (cpu.max) allows {budget} CPU(s), fewer than the {need} one instance needs "
+            f"({group['tp']} rank(s) of one thread and {len(group['reserved'])} reserved core(s))",
+            f"raise the quota to at least {need} CPUs" + (", or set reserved_cpus to 0" if group["reserved"] else ""),
+        )
+        return []
+    threads = (budget - sum(len(g["reserved"]) for g in kept)) // sum(g["tp"] for g in kept)
+    for group in kept:
+        group["ranks"] = [rank[:threads] for rank in group["ranks"]]
+    return kept
 
 
 def _reserved_cores(topo, nodes, opts, problems):
@@ -299,8 +649,9 @@ def _groups_from_bind(topo, opts, problems):
             try:
                 cpus = parse_cpulist(part)
             except ValueError as err:
-                problems.add(variable, str(err), "write CPU lists like 0-27|56-83")
-                continue
+                # The rest of this string is likely as broken: one message for it is enough.
+                problems.add(variable, f"rank {rank}: {err}", "write CPU lists like 0-27|56-83")
+                break
             if not cpus:
                 problems.add(variable, f"rank {rank} binds no CPU", "give every rank at least one CPU")
                 continue
@@ -317,6 +668,13 @@ def _groups_from_bind(topo, opts, problems):
             groups.append({"nodes": nodes, "tp": len(ranks), "ranks": ranks, "reserved": None})
     if problems:
         return []
+    if topo.cpu_budget is not None and len(owner) > topo.cpu_budget:
+        problems.add(
+            "omp_threads_bind",
+            f"binds {len(owner)} CPUs in all, more than the {topo.cpu_budget} the cgroup CPU quota (cpu.max) allows",
+            f"bind at most {topo.cpu_budget} CPUs in all, or raise the quota",
+        )
+        return []
     bound_cores = {topo.core_of[cpu] for cpu in owner}
     for group in groups:
         # Without layout reservations, the group's reserved CPUs are the unbound cores of its nodes.
@@ -327,15 +685,19 @@ def _groups_from_bind(topo, opts, problems):
 
 
 def _check_bound_cpus(topo, variable, rank, cpus, owner, who, problems):
-    for cpu in cpus:
-        if cpu not in topo.online:
-            problems.add(variable, f"rank {rank} binds CPU {cpu}, which does not exist or is offline", "drop it")
-        elif cpu not in topo.allowed:
-            problems.add(
-                variable, f"rank {rank} binds CPU {cpu}, outside the host's allowed CPUs (cpuset)", "drop it"
-            )
-        elif cpu not in topo.core_of:
-            problems.add(variable, f"rank {rank} binds CPU {cpu}, which belongs to no NUMA node", "drop it")
+    # One message per kind of mistake, listing its CPUs: a wrong range must not give thousands.
+    kinds = (
+        ([c for c in cpus if c not in topo.online], "which {} not exist or {} offline", ("does", "is"), ("do", "are")),
+        ([c for c in cpus if c in topo.online and c not in topo.allowed], "outside the host's allowed CPUs (cpuset)",
+         (), ()),
+        ([c for c in cpus if c in topo.usable and c not in topo.core_of], "which {} to no NUMA node", ("belongs",),
+         ("belong",)),
+    )
+    for bad, text, one, many in kinds:
+        if bad:
+            what = f"CPU {bad[0]}" if len(bad) == 1 else f"CPUs {show(format_cpulist(bad))[1:-1]}"
+            problems.add(variable, f"rank {rank} binds {what}, " + text.format(*(one if len(bad) == 1 else many)),
+                         "drop " + ("it" if len(bad) == 1 else "them"))
     known = [cpu for cpu in cpus if cpu in topo.core_of]
     clashes = [(cpu, s) for cpu in known for s in topo.core_of[cpu] if s in owner and owner[s] != who]
     if clashes:
@@ -349,13 +711,20 @@ def _check_bound_cpus(topo, variable, rank, cpus, owner, who, problems):
     per_core = {}
     for cpu in known:
         per_core.setdefault(topo.core_of[cpu], []).append(cpu)
-    for on_core in per_core.values():
-        if len(on_core) > 1:
-            problems.add(
-                variable,
-                f"rank {rank} binds SMT siblings {format_cpulist(on_core)} of one physical core",
-                "bind one CPU per physical core",
-            )
+    shared = [on_core for on_core in per_core.values() if len(on_core) > 1]
+    if len(shared) == 1:
+        problems.add(
+            variable,
+            f"rank {rank} binds SMT siblings {format_cpulist(shared[0])} of one physical core",
+            "bind one CPU per physical core",
+        )
+    elif shared:
+        listed = "; ".join(format_cpulist(on_core) for on_core in shared[:3]) + ("; ..." if len(shared) > 3 else "")
+        problems.add(
+            variable,
+            f"rank {rank} binds SMT siblings on {len(shared)} physical cores ({listed})",
+            "bind one CPU per physical core",
+        )
     nodes = sorted({topo.node_of[cpu] for cpu in known})
     if len(nodes) > 1:
         problems.add(
@@ -465,6 +834,9 @@ def _build(facts, release, opts, problems):
     for_build = memory_gib - float(opts["build_reserved_gib"])
     per_job = float(opts["build_gib_per_job"])
     cpus = len(facts.get("allowed_cpus") or []) or 1
+    budget = cpu_budget(facts)
+    if budget is not None:
+        cpus = min(cpus, budget)
     memory_cap = math.floor(for_build / per_job) if per_job > 0 else cpus
     max_jobs = max(1, min(cpus, memory_cap))
     if opts["max_jobs"] is not None:

@@ -1,7 +1,7 @@
 """Invariants of every plan over random topologies (Hypothesis)."""
 
 from ansible.module_utils.vllm_cpu_cpulist import parse_cpulist
-from ansible.module_utils.vllm_cpu_planner import DEFAULTS, check, plan
+from ansible.module_utils.vllm_cpu_planner import DEFAULTS, PlanError, check, plan
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from topologies import make_facts
@@ -94,3 +94,52 @@ def test_small_models_always_plan_one_instance_per_cpu_node(facts):
     cpu_nodes = [node["id"] for node in facts["numa_nodes"] if node["cores"]]
     assert [i["numa_nodes"] for i in result["instances"]] == [[n] for n in cpu_nodes]
     assert [i["port"] for i in result["instances"]] == list(range(8000, 8000 + len(cpu_nodes)))
+
+
+GARBAGE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**40), max_value=10**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["2", " 4 ", "2.0", "2.5", "-1", "0", "1e999", "nan", "inf", "0-3", "0-99999999", "1|2", ""]),
+    st.lists(st.one_of(st.integers(-5, 40), st.text(max_size=6)), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+KNOBS = [*sorted(set(DEFAULTS) - {"host", "variable_prefix"}), "no_such_knob"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.dictionaries(st.sampled_from(KNOBS), GARBAGE, min_size=1, max_size=4), st.sampled_from([None, 2, 5, 64]))
+def test_any_knob_value_plans_or_is_refused_in_the_projects_words(knobs, cpu_limit):
+    """Whatever reaches the planner (strings from -e, lists, NaN, huge numbers), it returns a
+    plan that holds together or raises PlanError whose every line names host, variable and fix."""
+    facts = make_facts([4, 4], smt=2)
+    facts["cgroup"]["cpu_limit"] = cpu_limit
+    options = dict({"vllm_version": "0.32.0", "host": "prop"}, **knobs)
+    try:
+        result = plan(facts, options)
+    except PlanError as err:
+        assert err.problems
+        for problem in err.problems:
+            assert problem.startswith("prop: ") and "; fix: " in problem, problem
+            assert len(problem) < 1000, problem
+        assert check(facts, options) == err.problems
+        return
+    assert check(facts, options) == []
+    assert result["instances"], "a plan always has an instance"
+    threads = 0
+    for instance in result["instances"]:
+        assert isinstance(instance["kvcache_gib"], int) and instance["kvcache_gib"] >= 1
+        assert 1 <= instance["port"] <= 65535
+        assert instance["env"]["VLLM_CPU_KVCACHE_SPACE"] == str(instance["kvcache_gib"])
+        ranks = [parse_cpulist(rank) for rank in instance["omp_threads_bind"].split("|")]
+        assert all(ranks) and len(ranks) == instance["tp"]
+        threads += sum(len(rank) for rank in ranks)
+    max_jobs = result["build"]["max_jobs"]
+    assert isinstance(max_jobs, int) and max_jobs >= 1
+    assert result["build"]["env"]["MAX_JOBS"] == str(max_jobs)
+    if cpu_limit is not None:
+        assert threads <= cpu_limit, "OpenMP threads stay within the cgroup CPU quota"
+        if "max_jobs" not in knobs:
+            assert max_jobs <= cpu_limit
