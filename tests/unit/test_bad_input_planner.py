@@ -277,3 +277,11 @@ def test_no_nan_reaches_the_plan():
     result = plan(make_facts([4, 4]), dict(V32, model_size_gib="1.5", runtime_overhead_gib="0"))
     for instance in result["instances"]:
         assert isinstance(instance["kvcache_gib"], int) and not math.isnan(instance["kvcache_gib"])
+
+
+def test_duplicate_node_ids_and_odd_hosts_are_refused_without_crashing():
+    facts = make_facts([4, 4])
+    facts["numa_nodes"][1]["id"] = 0
+    assert_refused({}, "vllm_cpu.numa_nodes", "node id twice", facts=facts)
+    problems = check(make_facts([4]), {"vllm_version": "0.32.0", "host": ["a"] * 1000, "tp": "x"})
+    assert problems and all(len(p) < 300 for p in problems)

@@ -157,3 +157,16 @@ def test_numa_single_on_a_consistent_tree_merges_the_nodes(machine_root):
 def test_missing_node_dir_on_one_socket_is_still_one_node(machine_root):
     facts = read_cpu_facts(str(machine_root("vm-2vcpu-nonuma")))
     assert [n["id"] for n in facts["numa_nodes"]] == [0]
+
+
+# ---------------------------------------------------------------- cpuinfo ISA lines
+
+
+def test_aarch64_processor_without_features_is_refused(machine_root):
+    root = machine_root("graviton3-c7g")
+    text = (root / "proc/cpuinfo").read_text()
+    blocks = text.split("\n\n")
+    blocks[1] = "\n".join(line for line in blocks[1].splitlines() if not line.startswith("Features"))
+    (root / "proc/cpuinfo").write_text("\n\n".join(blocks))
+    with pytest.raises(TopologyError, match="processor 1 has no Features line; fix: "):
+        read_cpu_facts(str(root))
