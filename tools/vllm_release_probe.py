@@ -15,6 +15,7 @@ cannot fetch a vLLM sdist (it tries to build its metadata).
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -59,7 +60,7 @@ def _yaml(value, indent=0):
     lines = []
     if isinstance(value, dict):
         for key, item in value.items():
-            name = json.dumps(str(key))
+            name = str(key) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(key)) else json.dumps(str(key))
             if isinstance(item, (dict, list)) and item:
                 lines.append(f"{pad}{name}:")
                 lines.extend(_yaml(item, indent + 1))
@@ -79,8 +80,9 @@ def _yaml(value, indent=0):
 def as_inventory(row):
     head = [
         "---",
-        f"# vLLM {row['version']} as derived from its source by tools/vllm_release_probe.py;",
-        "# review the differences it printed against the nearest known release before using it.",
+        f"# vLLM {row['version']} as derived from its source by tools/vllm_release_probe.py.",
+        f"# Review it first: `tools/vllm_release_probe.py {row['version']}` lists every difference from the nearest",
+        "# release the table knows, with the file and line of each.",
         "vllm_release_overrides:",
     ]
     return "\n".join(head + _yaml({row["version"]: row}, 1)) + "\n"
