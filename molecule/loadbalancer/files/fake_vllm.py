@@ -3,7 +3,9 @@
 
 Usage: fake-vllm HOST PORT. Answers GET /health with an empty 200 (as vLLM
 does), GET /v1/models with a model list naming HOST:PORT, and
-GET /slow?seconds=N the same after N seconds: a long completion in flight.
+GET /v1/slow?seconds=N the same after N seconds: a long completion in flight.
+Every other path (GET or POST) answers 200 with {"route": path, "served_by"}:
+a route the load balancer should not forward shows up as a 200.
 """
 
 import json
@@ -24,10 +26,11 @@ class Handler(BaseHTTPRequestHandler):
         if url.path == "/health":
             self.reply(200, b"", "text/plain")
             return
-        if url.path not in ("/v1/models", "/slow"):
-            self.reply(404, b"not found\n", "text/plain")
+        if url.path not in ("/v1/models", "/v1/slow"):
+            body = {"route": url.path, "served_by": SERVED_BY}
+            self.reply(200, json.dumps(body).encode() + b"\n", "application/json")
             return
-        if url.path == "/slow":
+        if url.path == "/v1/slow":
             time.sleep(float(parse_qs(url.query).get("seconds", ["5"])[0]))
         models = {
             "object": "list",
@@ -35,6 +38,12 @@ class Handler(BaseHTTPRequestHandler):
             "served_by": SERVED_BY,
         }
         self.reply(200, json.dumps(models).encode() + b"\n", "application/json")
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        body = {"route": urlparse(self.path).path, "served_by": SERVED_BY}
+        self.reply(200, json.dumps(body).encode() + b"\n", "application/json")
 
     def reply(self, status, body, content_type):
         self.send_response(status)

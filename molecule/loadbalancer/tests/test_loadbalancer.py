@@ -1,13 +1,18 @@
 """Verifies the loadbalancer role: HAProxy proxies to every planned instance of
-the backend group, health checks take a stopped one out, and the drain API
+the backend group over TLS only, forwards only its route allow-list, runs
+sandboxed, health checks take a stopped one out, and the drain API
 (tasks_from=backend_state) lets in-flight requests finish while new ones go
 elsewhere, then puts the servers back."""
 
 import collections
 import json
 import os
+import re
+import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,7 +21,11 @@ import testinfra
 testinfra_hosts = ["lb-haproxy"]
 
 SCENARIO = Path(__file__).resolve().parents[1]
-LB_URL = "http://127.0.0.1:8080"
+LB_URL = "https://127.0.0.1:8080"
+CA = "/root/fleet-test-ca.crt"
+CURL = f"curl --cacert {CA}"
+PROJECT = SCENARIO.parents[1]
+CONTROLLER_CA = PROJECT / ".cache/tls/ca.crt"
 SOCKET = "/run/haproxy/admin.sock"
 BACKENDS = {"lb-backend-1": [8000, 8001], "lb-backend-2": [8000, 8001]}
 INSTANCE_NAMES = {8000: "vllm-0", 8001: "vllm-1"}
@@ -58,9 +67,25 @@ def all_up(host):
 
 def served_by(host, requests=24):
     """Counter of host:port that answered `requests` sequential requests through the LB."""
-    script = f"for i in $(seq {requests}); do curl -sS --fail --max-time 10 {LB_URL}/v1/models; done"
+    script = f"for i in $(seq {requests}); do {CURL} -sS --fail --max-time 10 {LB_URL}/v1/models; done"
     out = host.check_output(script)
     return collections.Counter(json.loads(line)["served_by"] for line in out.splitlines() if line.strip())
+
+
+def status_of(host, path, *curl_args):
+    """HTTP status of GET `path` through the load balancer, from inside the LB host."""
+    args = " ".join(curl_args)
+    return int(host.check_output(f"{CURL} -s -o /dev/null -w '%{{http_code}}' --max-time 10 {args} '{LB_URL}{path}'"))
+
+
+def run_playbook(playbook, *extra):
+    return subprocess.run(
+        ["ansible-playbook", "-i", inventory(), str(playbook), *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def backend_state(host_name, state):
@@ -155,7 +180,7 @@ def test_drain_waits_for_in_flight_requests_and_ready_restores(lb):
     lb.check_output(
         "for i in 0 1 2 3; do "
         "systemd-run --quiet --collect --unit=lb-test-slow-$i -p StandardOutput=file:/tmp/slow-$i.json "
-        f"curl -sS --max-time 60 '{LB_URL}/slow?seconds={slow_seconds}'; done"
+        f"{CURL} -sS --max-time 60 '{LB_URL}/v1/slow?seconds={slow_seconds}'; done"
     )
     in_flight = wait_for(lambda: sum(s["scur"] for s in server_stats(lb).values()) >= 4, timeout=10)
     assert in_flight, server_stats(lb)
@@ -197,3 +222,119 @@ def test_maint_stops_traffic_at_once_and_ready_restores(lb):
     finally:
         backend_state("lb-backend-1", "ready")
     assert all_up(lb), server_stats(lb)
+
+
+def test_plain_http_is_refused(host):
+    # Nothing listens for plain HTTP: a plain request to the TLS port gets no HTTP answer.
+    result = host.run("curl -sS -o /dev/null -w '%{http_code}' --max-time 10 http://127.0.0.1:8080/v1/models")
+    assert result.rc != 0 or result.stdout.strip() in ("000", "400"), result.stdout + result.stderr
+    assert "HTTP/1" not in host.run("curl -sS -i --max-time 10 http://127.0.0.1:8080/health").stdout
+
+
+def test_tls_with_the_test_ca_from_another_host(host):
+    # From the controller, to the LB's address: the certificate names it (IP SAN) and chains to the test CA.
+    address = host.interface("eth0").addresses[0]
+    context = ssl.create_default_context(cafile=str(CONTROLLER_CA))
+    with urllib.request.urlopen(f"https://{address}:8080/v1/models", context=context, timeout=10) as response:
+        assert response.status == 200
+        assert json.loads(response.read())["served_by"] in ALL_SERVED_BY
+        assert response.headers["Strict-Transport-Security"]
+    with pytest.raises(urllib.error.URLError):  # an unknown CA is refused
+        urllib.request.urlopen(f"https://{address}:8080/v1/models", context=ssl.create_default_context(), timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("option", "accepted"),
+    [
+        ("-tls1_1", False),
+        ("-tls1_2 -cipher AES128-GCM-SHA256", False),  # no forward secrecy
+        ("-tls1_2 -cipher ECDHE-ECDSA-AES128-SHA256", False),  # CBC
+        ("-tls1_2 -cipher ECDHE-ECDSA-AES128-GCM-SHA256", True),
+        ("-tls1_3", True),
+    ],
+)
+def test_only_modern_tls_is_accepted(host, option, accepted):
+    result = host.run(
+        f"openssl s_client -connect 127.0.0.1:8080 -CAfile {CA} -verify_return_error {option} -brief </dev/null"
+    )
+    assert (result.rc == 0) == accepted, result.stdout + result.stderr
+
+
+def test_tls_key_is_protected(host):
+    key = host.file("/etc/haproxy/tls/server.pem.key")
+    assert key.user == "root" and key.group == "haproxy" and key.mode == 0o640
+    assert "PRIVATE KEY" not in host.run("journalctl --no-pager -u haproxy").stdout
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("/v1/models", 200),
+        ("/health", 200),
+        ("/invocations", 404),
+        ("/tokenize", 404),
+        ("/detokenize", 404),
+        ("/docs", 404),
+        ("/openapi.json", 404),
+        ("/version", 404),
+        ("/abort_requests", 404),
+        ("//v1/models", 404),
+        ("/V1/models", 404),
+        ("/v1", 404),
+        ("/v1x/models", 404),
+        ("/metrics", 403),
+    ],
+)
+def test_only_allowed_routes_are_forwarded(host, path, status):
+    # The stand-in backend answers 200 on every path: 404/403 here come from HAProxy.
+    assert status_of(host, path) == status
+
+
+def test_post_to_unlisted_routes_is_refused(host):
+    for path in ("/invocations", "/tokenize", "/pooling"):
+        out = host.check_output(
+            f"{CURL} -s -o /dev/null -w '%{{http_code}}' -X POST -H 'Content-Type: application/json' "
+            f"-d '{{\"prompt\": \"Hello\"}}' --max-time 10 '{LB_URL}{path}'"
+        )
+        assert out == "404", path
+
+
+def test_metrics_only_from_monitoring_addresses(host):
+    assert status_of(host, "/metrics") == 403
+    assert status_of(host, "/metrics", "--interface 127.0.0.2") == 200
+
+
+def test_haproxy_unit_is_hardened(host):
+    report = host.check_output("systemd-analyze security --no-pager haproxy.service")
+    exposure = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", report).group(1))
+    assert exposure <= 3.0, report
+    bounding = host.check_output("systemctl show -p CapabilityBoundingSet --value haproxy")
+    assert set(bounding.split()) == {"cap_net_bind_service", "cap_setuid", "cap_setgid", "cap_sys_chroot", "cap_kill"}
+    assert host.check_output("systemctl show -p ProtectSystem --value haproxy") == "strict"
+    assert host.check_output("systemctl show -p PrivateTmp --value haproxy") == "yes"
+
+
+def test_reload_works_under_the_hardening(host):
+    host.check_output("systemctl reload haproxy")
+    assert wait_for(lambda: host.service("haproxy").is_running, timeout=10)
+    assert status_of(host, "/v1/models") == 200
+
+
+def test_preflight_refuses_a_load_balancer_without_a_certificate():
+    result = run_playbook(
+        SCENARIO / "preflight.yml", "-e", "loadbalancer_tls_certificate=", "-e", "loadbalancer_tls_key="
+    )
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0
+    assert "lb-haproxy: loadbalancer_tls_certificate:" in output, output
+    assert "fix:" in output
+    plain = run_playbook(
+        SCENARIO / "preflight.yml",
+        "-e",
+        "loadbalancer_tls_certificate=",
+        "-e",
+        "loadbalancer_tls_key=",
+        "-e",
+        '{"loadbalancer_plain_http": true}',
+    )
+    assert plain.returncode == 0, plain.stdout + plain.stderr
