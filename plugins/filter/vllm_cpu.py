@@ -48,7 +48,7 @@ def vllm_cpu_plan(facts, options, overrides=None):
 def vllm_cpu_plan_check(facts, options, overrides=None):
     """Every problem with these facts and options, [] when the plan can be made."""
     options, overrides = _split(options, overrides)
-    host = options.get("host") or "host"
+    host = (options.get("host") if isinstance(options, Mapping) else None) or "host"
     try:
         with release_overrides(overrides):
             return check(facts, options)

@@ -1,0 +1,31 @@
+"""The vllm_cpu_plan filters pass any options, even of the wrong kind, to the planner,
+which answers in the project's words (no TypeError or AttributeError from the filter)."""
+
+import importlib.util
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from conftest import REPO
+from topologies import make_facts
+
+
+@pytest.fixture(scope="module")
+def filters():
+    spec = importlib.util.spec_from_file_location("vllm_cpu_filter", REPO / "plugins/filter/vllm_cpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("options", [["tp", 2], "tp=2", 5])
+def test_options_of_the_wrong_kind(filters, options):
+    problems = filters.vllm_cpu_plan_check(make_facts([4]), options)
+    assert problems and problems[0].startswith("host: options: is ") and "; fix: " in problems[0]
+    with pytest.raises(AnsibleFilterError, match="host: options: is "):
+        filters.vllm_cpu_plan(make_facts([4]), options)
+
+
+def test_strings_from_the_command_line_plan_through_the_filter(filters):
+    options = {"vllm_version": "0.32.0", "host": "h", "tp": "2", "max_jobs": "4", "release_overrides": {}}
+    result = filters.vllm_cpu_plan(make_facts([4, 4]), options)
+    assert result["instances"][0]["tp"] == 2 and result["build"]["max_jobs"] == 4
