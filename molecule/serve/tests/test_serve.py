@@ -1,7 +1,16 @@
-"""The serve scenario: real vLLM instances, planned, pinned, hardened, behind HAProxy."""
+"""The serve scenario: real vLLM instances, planned, pinned, hardened, behind HAProxy
+(TLS, route allow-list); the instances admit only the load balancer."""
 
 import json
+import math
+import os
 import re
+import socket
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
 from conftest import get_host
@@ -11,6 +20,17 @@ testinfra_hosts = ["serve-vllm"]
 API_KEY = "serve-scenario-key"
 MODEL = "tiny-llama"
 LB_PORT = 8080
+PROJECT = Path(__file__).resolve().parents[3]
+CA_FILE = PROJECT / ".cache/tls/ca.crt"
+# vLLM 0.32 checks the key only under these prefixes (vllm/entrypoints/serve/middleware/authenticate.py).
+GUARDED = ("/v1", "/v2", "/inference", "/cohere")
+# Routes outside them that generate or tokenize without the key when reached directly: only the
+# load balancer hosts can (firewall), and HAProxy does not forward them. docs/security.md lists them.
+OPEN_ON_LB_HOSTS = {"/invocations", "/tokenize", "/detokenize"}
+# Routes that change the server's state: not probed directly (they are not generation routes).
+STATEFUL = re.compile(
+    r"abort|pause|resume|sleep|wake|shutdown|collective|reset|weight|profile|scal|release|update|lora|start_|stop_|finish|init_"
+)
 
 
 def parse_cpulist(text):
@@ -54,6 +74,11 @@ def http(host, url, body=None, key=API_KEY):
         return int(status), json.loads(text)
     except json.JSONDecodeError:
         return int(status), text
+
+
+def listen_address(host, instance):
+    conf = host.file(f"/etc/systemd/system/vllm@{instance['name']}.service.d/instance.conf").content_string
+    return re.search(r"--host (\S+)", conf).group(1)
 
 
 def completion(host, base_url, key=API_KEY):
@@ -120,7 +145,7 @@ def test_no_missing_preload_warning(host):
 
 def test_models_and_completions_direct(host, plan):
     for instance in plan["instances"]:
-        base = f"http://127.0.0.1:{instance['port']}"
+        base = f"http://{listen_address(host, instance)}:{instance['port']}"
         status, models = http(host, f"{base}/v1/models")
         assert status == 200 and [m["id"] for m in models["data"]] == [MODEL]
         status, body = completion(host, base)
@@ -128,25 +153,227 @@ def test_models_and_completions_direct(host, plan):
 
 
 def test_api_key_is_enforced(host, plan):
-    base = f"http://127.0.0.1:{plan['instances'][0]['port']}"
+    base = f"http://{listen_address(host, plan['instances'][0])}:{plan['instances'][0]['port']}"
     assert completion(host, base, key="")[0] == 401
     assert completion(host, base, key="wrong-key")[0] == 401
 
 
-def test_completions_through_the_load_balancer(host, request):
+def lb_request(lb_address, path, body=None, key=API_KEY, method=None):
+    """(status, parsed JSON or text) of a request from the controller to the LB over TLS, verified with the test CA."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"https://{lb_address}:{LB_PORT}{path}", data=data, headers=headers, method=method)
+    context = ssl.create_default_context(cafile=str(CA_FILE))
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=120) as response:
+            status, text = response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        status, text = err.code, err.read().decode()
+    try:
+        return status, json.loads(text)
+    except json.JSONDecodeError:
+        return status, text
+
+
+@pytest.fixture(scope="module")
+def lb_address(request):
     lb = get_host("serve-lb", request)
     assert lb.service("haproxy").is_running
-    address = lb.interface("eth0").addresses[0]
+    return lb.interface("eth0").addresses[0]
+
+
+def test_completions_through_the_load_balancer_over_tls(lb_address):
+    request = {"model": MODEL, "prompt": "Hello", "max_tokens": 5, "temperature": 0}
     for _ in range(3):
-        status, body = completion(host, f"http://{address}:{LB_PORT}")
+        status, body = lb_request(lb_address, "/v1/completions", request)
         assert status == 200 and body["choices"][0]["text"] is not None
-    assert completion(host, f"http://{address}:{LB_PORT}", key="")[0] == 401
+    assert lb_request(lb_address, "/v1/completions", request, key="")[0] == 401
+    with pytest.raises(OSError):  # plain HTTP gets no HTTP answer (the TLS listener closes the connection)
+        urllib.request.urlopen(f"http://{lb_address}:{LB_PORT}/v1/models", timeout=10)
+
+
+def test_instances_listen_on_the_load_balancers_address_only(host, plan):
+    own = host.interface("eth0").addresses[0]
+    for instance in plan["instances"]:
+        assert listen_address(host, instance) == own
+        listeners = host.check_output(f"ss -ltnH 'sport = :{instance['port']}'").splitlines()
+        assert [line.split()[3] for line in listeners] == [f"{own}:{instance['port']}"], listeners
+
+
+def test_firewall_admits_the_load_balancer_and_refuses_other_hosts(host, plan, request):
+    lb = get_host("serve-lb", request)
+    own = host.interface("eth0").addresses[0]
+    ruleset = host.check_output("nft list table inet vllm_fleet")
+    assert lb.interface("eth0").addresses[0] in ruleset
+    assert host.service("vllm-firewall").is_enabled
+    for instance in plan["instances"]:
+        url = f"http://{own}:{instance['port']}/health"
+        # The load balancer's host is admitted ...
+        assert http(lb, url, key="")[0] == 200
+        # ... this machine (the podman host, outside the allow-list) is not.
+        with pytest.raises(OSError) as refused:
+            urllib.request.urlopen(url, timeout=10)
+        reason = getattr(refused.value, "reason", refused.value)
+        assert isinstance(reason, ConnectionRefusedError | ConnectionResetError), reason
+    assert re.search(r"counter packets [1-9]", host.check_output("nft list table inet vllm_fleet"))
+
+
+def test_no_port_vllm_listens_on_answers_other_hosts(host):
+    # vLLM 0.32 also binds internal sockets on ephemeral ports of the listen address: every one of them
+    # is closed to this machine (outside the allow-list), and the load balancer's host still gets in.
+    own = host.interface("eth0").addresses[0]
+    ports = [int(line.split()[3].rpartition(":")[2]) for line in host.check_output("ss -ltnH").splitlines()]
+    ports = [p for p in ports if p != 22]
+    assert len(ports) > 1, ports
+    for port in ports:
+        with pytest.raises(OSError) as refused:
+            socket.create_connection((own, port), timeout=5).close()
+        assert isinstance(refused.value, ConnectionRefusedError | ConnectionResetError), (port, refused.value)
+
+
+ROUTES_SCRIPT = """
+import json, sys, warnings
+warnings.simplefilter("ignore")
+from vllm.entrypoints.openai.api_server import build_app
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", sys.argv[1], "--api-key", "unused"])
+app = build_app(args, supported_tasks=("generate",))
+print(json.dumps([{"path": r.path, "methods": sorted(getattr(r, "methods", None) or ["GET"])}
+                  for r in app.routes if getattr(r, "path", None)]))
+"""
+
+PROBE_SCRIPT = """
+import json, ssl, sys, urllib.error, urllib.request
+base, ca, key, routes = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+context = ssl.create_default_context(cafile=ca) if ca else None
+bodies = [
+    {"model": "tiny-llama", "prompt": "Hello", "max_tokens": 2},
+    {"model": "tiny-llama", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2},
+    {"model": "tiny-llama", "tokens": [1, 2, 3]},
+]
+out = []
+for method, path in routes:
+    for body in (bodies if method in ("POST", "PUT", "PATCH") else [None]):
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = "Bearer " + key
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(base + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=60, context=context) as response:
+                status, text = response.status, response.read(4000).decode(errors="replace")
+        except urllib.error.HTTPError as err:
+            status, text = err.code, err.read(300).decode(errors="replace")
+        except OSError as err:
+            status, text = 0, type(err).__name__ + ": " + str(err)
+        out.append([method, path, status, text])
+print(json.dumps(out))
+"""
+
+
+def produced(text):
+    """True when a response body is a generation or a tokenization."""
+    try:
+        body = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return False
+    return isinstance(body, dict) and bool({"choices", "tokens", "token_ids", "prompt", "output"} & set(body))
+
+
+@pytest.fixture(scope="module")
+def routes(host):
+    """(method, path) of every route the installed vLLM's app registers, from its route table."""
+    result = host.run(
+        "HF_HUB_OFFLINE=1 /opt/vllm/current/bin/python -c %s %s", ROUTES_SCRIPT, "/var/lib/vllm/models/tiny-llama"
+    )
+    assert result.rc == 0, result.stderr[-3000:]
+    table = json.loads(result.stdout.strip().splitlines()[-1])
+    pairs = sorted(
+        {(m, re.sub(r"\{[^}]*\}", "x", r["path"])) for r in table for m in r["methods"] if m not in ("HEAD", "OPTIONS")}
+    )
+    paths = {p for _, p in pairs}
+    assert {"/v1/completions", "/v1/chat/completions", "/invocations", "/tokenize", "/health"} <= paths, paths
+    return pairs
+
+
+def probe(base, pairs, ca="", key="", where=None):
+    if where is None:
+        result = subprocess.run(
+            ["python3", "-c", PROBE_SCRIPT, base, ca, key, json.dumps(pairs)],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=True,
+        )
+        return json.loads(result.stdout)
+    return json.loads(where.check_output("python3 -c %s %s %s %s %s", PROBE_SCRIPT, base, ca, key, json.dumps(pairs)))
+
+
+def test_no_route_generates_or_tokenizes_without_the_key_through_the_load_balancer(routes, lb_address):
+    answers = probe(f"https://{lb_address}:{LB_PORT}", routes, ca=str(CA_FILE))
+    assert not [a[:3] for a in answers if produced(a[3])]
+    # Only /health passes without the key; the rest: 401 from vLLM (/v1/...), 403/404 from HAProxy.
+    assert {a[1] for a in answers if a[2] == 200} <= {"/health"}, [a[:3] for a in answers if a[2] == 200]
+    assert {a[2] for a in answers if a[1] != "/health"} <= {401, 403, 404, 405}, answers
+    forwarded_unguarded = {a[1] for a in answers if a[2] not in (403, 404) and not a[1].startswith(GUARDED)}
+    assert forwarded_unguarded <= {"/health"}, forwarded_unguarded
+    # With the key, the unguarded tokenize and invocation routes are still not forwarded.
+    with_key = probe(f"https://{lb_address}:{LB_PORT}", [p for p in routes if not p[1].startswith(GUARDED)],
+                     ca=str(CA_FILE), key=API_KEY)
+    assert not [a[:3] for a in with_key if produced(a[3])]
+
+
+def test_no_route_answers_other_hosts_directly(host, plan, routes):
+    own = host.interface("eth0").addresses[0]
+    answers = probe(f"http://{own}:{plan['instances'][0]['port']}", routes)
+    assert {a[2] for a in answers} == {0}, [a[:3] for a in answers if a[2]]
+
+
+def test_from_the_load_balancer_host_only_documented_routes_answer_without_the_key(host, plan, routes, request):
+    lb = get_host("serve-lb", request)
+    own = host.interface("eth0").addresses[0]
+    safe = [p for p in routes if p[1].startswith(GUARDED) or not STATEFUL.search(p[1])]
+    answers = probe(f"http://{own}:{plan['instances'][0]['port']}", safe, where=lb)
+    assert all(a[2] == 401 for a in answers if a[1].startswith(GUARDED)), [a[:3] for a in answers if a[2] != 401]
+    open_routes = {a[1] for a in answers if produced(a[3])}
+    print("reachable without the key from the load balancer host:", sorted({a[1] for a in answers if a[2] == 200}))
+    assert open_routes <= OPEN_ON_LB_HOSTS, open_routes
+
+
+def test_preflight_refuses_an_empty_api_key(request):
+    inventory = request.config.option.ansible_inventory
+    result = subprocess.run(
+        ["ansible-playbook", "-i", inventory, "playbooks/preflight.yml", "-e", "vllm_service_api_key="],
+        cwd=PROJECT,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0
+    assert "serve-vllm: vllm_service_api_key: is empty" in output, output[-5000:]
+    assert "fix: set vllm_service_api_key" in output and "vllm_service_allow_unauthenticated: true" in output
+
+
+def test_memory_limits_and_restart_policy_come_from_the_plan(host, plan):
+    need = max(i["tp"] * (i["kvcache_gib"] + 2.0) + 0.01 for i in plan["instances"])
+    name = f"vllm@{plan['instances'][0]['name']}"
+    high = int(host.check_output(f"systemctl show -p MemoryHigh --value {name}"))
+    limit = int(host.check_output(f"systemctl show -p MemoryMax --value {name}"))
+    assert (high, limit) == (math.ceil(need * 1.25 * 1024) * 2**20, math.ceil(need * 1.5 * 1024) * 2**20)
+    assert host.check_output(f"systemctl show -p Restart --value {name}") == "always"
+    assert host.check_output(f"systemctl show -p StartLimitIntervalUSec --value {name}") in ("0", "infinity")
 
 
 def test_unit_is_hardened(host, plan):
     report = host.check_output(f"systemd-analyze security --no-pager vllm@{plan['instances'][0]['name']}.service")
     exposure = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", report).group(1))
-    assert exposure <= 2.5, report
+    assert exposure <= 2.0, report
     secrets = host.file("/etc/vllm/secrets.env")
     assert secrets.mode == 0o640 and secrets.user == "root" and secrets.group == "vllm"
     assert API_KEY not in host.check_output("ps -eo args")
