@@ -70,6 +70,11 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
         "vllm_install_root": str(tmp_path / "opt-vllm"),
         "vllm_install_host_wheelhouse": str(tmp_path / "host-wheelhouse"),
         "vllm_service_model_path": controller_inputs["model"],
+        "vllm_service_api_key": "preflight-test-key",
+        # The hosts are all this controller: no listen address or firewall of their own to check.
+        "vllm_service_listen_address": "0.0.0.0",
+        "vllm_service_firewall": "none",
+        "loadbalancer_plain_http": True,
     }
     inventory.write_text(
         yaml.safe_dump(
@@ -175,6 +180,10 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
         "gpu-mem-flag": (
             {"vllm_service_extra_args": ["--gpu-memory-utilization", "0.95"]},
             ["--gpu-memory-utilization", "size RAM", "vllm_plan_gpu_memory_utilization"],
+        ),
+        "no-api-key": (
+            {"vllm_service_api_key": ""},
+            ["vllm_service_api_key: is empty", "fix: set vllm_service_api_key", "vllm_service_allow_unauthenticated"],
         ),
         "gpu-mem-unfit": (
             {"vllm_plan_gpu_memory_utilization": 0.6, "vllm_plan_omp_threads_bind": ["1-20", "21-40"]},
