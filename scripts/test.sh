@@ -18,7 +18,7 @@ step "ruff"
 ruff check .
 step "pytest"
 pytest -q tests
-for scenario in ${MOLECULE_SCENARIOS:-toolchain build_standin loadbalancer serve day2}; do
+for scenario in ${MOLECULE_SCENARIOS:-toolchain build_standin loadbalancer serve}; do
   step "molecule test -s $scenario"
   molecule test -s "$scenario"
 done
