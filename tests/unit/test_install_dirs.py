@@ -9,7 +9,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "vllm_install" / "files
 
 
 def run(link, venv):
-    out = subprocess.run([sys.executable, str(SCRIPT), str(link), str(venv)], capture_output=True, text=True, check=True)
+    argv = [sys.executable, str(SCRIPT), str(link), str(venv)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
