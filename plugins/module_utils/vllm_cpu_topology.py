@@ -279,23 +279,22 @@ def parse_cpu_max(text):
     return cpu_limit(None if quota == "max" else quota, period)
 
 
+def _positive_us(name, text):
+    try:
+        value = ascii_int(text)
+    except ValueError:
+        raise ValueError(f"{name} {show(text)} is not a number of microseconds") from None
+    if value < 1:
+        raise ValueError(f"{name} {value} is not a positive number of microseconds")
+    return value
+
+
 def cpu_limit(quota, period):
     """ceil(quota / period) from the two numbers' texts (quota None: unlimited)."""
-    try:
-        period_us = ascii_int(period)
-    except ValueError:
-        raise ValueError(f"period {show(period)} is not a number of microseconds") from None
-    if period_us < 1:
-        raise ValueError(f"period {period_us} is not a positive number of microseconds")
+    period_us = _positive_us("period", period)
     if quota is None:
         return None
-    try:
-        quota_us = ascii_int(quota)
-    except ValueError:
-        raise ValueError(f"quota {show(quota)} is not a number of microseconds") from None
-    if quota_us < 1:
-        raise ValueError(f"quota {quota_us} is not a positive number of microseconds")
-    return math.ceil(quota_us / period_us)
+    return math.ceil(_positive_us("quota", quota) / period_us)
 
 
 def parse_cfs_quota(text):
