@@ -52,10 +52,6 @@ def vllm_build_wheel_pattern(version):
     return r"^vllm-" + re.escape(str(version)) + r"(\+[A-Za-z0-9.]+)?-[^/]+\.whl$"
 
 
-def vllm_build_is_wheel_of(filename, version):
-    return re.match(vllm_build_wheel_pattern(version), str(filename)) is not None
-
-
 def vllm_build_inputs_key(inputs):
     """Stable 16-hex key of what decides a wheel's content: a change rebuilds."""
     text = json.dumps({"format": MANIFEST_FORMAT, "inputs": inputs}, sort_keys=True, separators=(",", ":"))
@@ -68,7 +64,7 @@ def vllm_build_manifest_ok(manifest, inputs_key, wheel_sha256=None):
         return False
     if manifest.get("format") != MANIFEST_FORMAT or manifest.get("inputs_key") != inputs_key:
         return False
-    if not vllm_build_is_wheel_of(manifest.get("wheel", ""), manifest.get("version", "")):
+    if not re.match(vllm_build_wheel_pattern(manifest.get("version", "")), str(manifest.get("wheel", ""))):
         return False
     return wheel_sha256 is None or manifest.get("sha256") == wheel_sha256
 
@@ -80,7 +76,6 @@ class FilterModule:
             "vllm_build_classes_of": vllm_build_classes_of,
             "vllm_build_manifest_name": vllm_build_manifest_name,
             "vllm_build_wheel_pattern": vllm_build_wheel_pattern,
-            "vllm_build_is_wheel_of": vllm_build_is_wheel_of,
             "vllm_build_inputs_key": vllm_build_inputs_key,
             "vllm_build_manifest_ok": vllm_build_manifest_ok,
         }
