@@ -440,7 +440,6 @@ def _plan(facts, options):
         )
 
     instances = [_instance(index, group, topo, release, facts, opts, problems) for index, group in enumerate(groups)]
-    used = {node for group in groups for node in group["nodes"]}
     result = {
         "host": opts["host"],
         "vllm_version": release["version"],
@@ -448,7 +447,6 @@ def _plan(facts, options):
         "isa_class": facts["isa_class"],
         "mode": "tp" if any(g["tp"] > 1 for g in groups) else "dp",
         "instances": instances,
-        "unused_numa_nodes": [n for n in topo.node_ids if n not in used],
         "build": _build(facts, release, opts, problems),
     }
     return result, problems
@@ -586,7 +584,7 @@ def _fit_cpu_budget(groups, topo, problems):
     """Under a CPU quota: as many instances as get a thread per rank, threads shared out evenly.
 
     An instance needs at least one thread per rank plus its reserved cores; instances that
-    do not fit are left out (their nodes appear in unused_numa_nodes), and the kept ones'
+    do not fit are left out (their nodes serve nothing), and the kept ones'
     ranks bind their lowest cores, (budget - reserved) / ranks threads each.
     """
     budget = topo.cpu_budget
@@ -815,8 +813,6 @@ def _instance(index, group, topo, release, facts, opts, problems):
         "omp_threads_bind": bind,
         "reserved_cpus": format_cpulist(reserved),
         "cpus": format_cpulist(all_cpus),
-        "mem_nodes": format_cpulist(group["nodes"]),
-        "threads_per_rank": [len(rank) for rank in group["ranks"]],
         "kvcache_gib": kvcache_gib,
         "dtype": dtype,
         "ld_preload_needed": {

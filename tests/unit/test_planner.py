@@ -16,7 +16,7 @@ def test_two_node_smt_dp_plan():
     assert first["omp_threads_bind"] == "1-3" and first["reserved_cpus"] == "0,8"
     assert second["omp_threads_bind"] == "5-7" and second["reserved_cpus"] == "4,12"
     assert (first["port"], second["port"]) == (8000, 8001)
-    assert first["cpus"] == "0-3,8-11" and first["mem_nodes"] == "0"
+    assert first["cpus"] == "0-3,8-11" and first["numa_nodes"] == [0]
     # 64 GiB * 0.8 - 1 GiB weights - 2 GiB runtime = 48.2
     assert first["kvcache_gib"] == 48
     assert first["env"] == {"VLLM_CPU_KVCACHE_SPACE": "48", "VLLM_CPU_OMP_THREADS_BIND": "1-3"}
