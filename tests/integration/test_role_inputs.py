@@ -1,6 +1,7 @@
-"""Role inputs: every default is mirrored in meta/argument_specs.yml, and a
-wrong type stops the role before any task runs, naming the variable."""
+"""Role inputs: every default is mirrored in meta/argument_specs.yml and listed in the
+role's README.md, and a wrong type stops the role before any task runs, naming the variable."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -20,14 +21,31 @@ def test_every_role_has_argument_specs():
     assert with_defaults <= set(ROLES)
 
 
+def _readme_variables(role):
+    """The role's variables named in the first column of its README's tables."""
+    names = set()
+    for line in (role / "README.md").read_text().splitlines():
+        if line.startswith("|"):
+            names.update(re.findall(rf"`({role.name}_\w+)`", line.split("|")[1]))
+    return names
+
+
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
-def test_defaults_mirror_argument_specs(role):
+def test_defaults_argument_specs_and_readme_agree(role):
     defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
-    options = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    specs = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]
+    options = specs["main"]["options"]
     assert set(defaults) == set(options), "defaults/main.yml and meta/argument_specs.yml list different variables"
     for name, value in defaults.items():
         assert options[name].get("default") == value, f"{name}: default differs between defaults and argument_specs"
         assert options[name].get("description"), f"{name} has no description"
+    # One README table row per default; a row for a variable no entry point takes is stale.
+    assert (role / "README.md").is_file(), f"roles/{role.name} has no README.md; fix: write one with a variable table"
+    accepted = {name for spec in specs.values() for name in spec.get("options", {})}
+    listed = _readme_variables(role)
+    missing, stale = sorted(set(defaults) - listed), sorted(listed - set(defaults) - accepted)
+    assert not missing, f"roles/{role.name}/README.md: no table row for {missing}; fix: add one row each"
+    assert not stale, f"roles/{role.name}/README.md: {stale} are in no argument spec; fix: remove their rows"
 
 
 def run_role(tmp_path, role, role_vars):
