@@ -8,9 +8,11 @@ An https URL is verified against --ca-file (the CA that signed the load
 balancer's certificate), or the system's trust store without it.
 
 Each worker sends one request after another (a new connection each, like
-independent clients). A request counts as answered only with HTTP 200 and a
-completion in the body; anything else (connection refused or reset, 5xx,
-timeout, malformed body) is a failure, recorded with its time and reason.
+independent clients), waiting --pause seconds between two (the default 0
+saturates a small machine; a pause leaves CPU to what is being tested).
+A request counts as answered only with HTTP 200 and a completion in the
+body; anything else (connection refused or reset, 5xx, timeout, malformed
+body) is a failure, recorded with its time and reason.
 Runs until --stop-file exists or --duration seconds passed, then writes the
 counts, latency percentiles and failures as JSON and prints a summary line.
 Stdlib only, so it runs with any Python 3.
@@ -63,6 +65,7 @@ def worker(args, headers, body, state, lock, stop, context=None):
                 state["failures"].append(
                     {"at": round(started - state["start"], 1), "epoch": round(started, 1), "error": error}
                 )
+        stop.wait(args.pause)
 
 
 def percentile(values, share):
@@ -78,6 +81,7 @@ def main():
     parser.add_argument("--ca-file", help="CA certificate (PEM) that signed the load balancer's certificate")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds each worker waits between two requests")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--stop-file")
     parser.add_argument("--duration", type=float, default=3600)
@@ -112,6 +116,7 @@ def main():
         "started_at": round(state["start"], 1),
         "seconds": round(time.time() - state["start"], 1),
         "concurrency": args.concurrency,
+        "pause_s": args.pause,
         "sent": state["sent"],
         "answered": state["answered"],
         "failed": state["failed"],
