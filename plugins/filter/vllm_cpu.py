@@ -64,13 +64,22 @@ def vllm_release(version, overrides=None):
         raise AnsibleFilterError(str(err)) from err
 
 
-def vllm_compiler_verdict(gcc_version, vllm_version, isa, arch, accept_degraded=False, host="", overrides=None):
-    """Whether gcc_version builds vllm_version for this host: {ok, severity, min_gcc, missing_isas, message}."""
+def vllm_compiler_verdict(
+    gcc_version, vllm_version, isa, arch, accept_degraded=False, host="", overrides=None, accept_workaround=False
+):
+    """Whether gcc_version builds vllm_version here: {ok, severity, min_gcc, missing_isas, patches, message}."""
     try:
         return compiler_verdict(
-            vllm_version, gcc_version, isa, arch, accept_degraded=accept_degraded, host=host, overrides=overrides or {}
+            vllm_version,
+            gcc_version,
+            isa,
+            arch,
+            accept_degraded=accept_degraded,
+            host=host,
+            overrides=overrides or {},
+            accept_workaround=accept_workaround,
         )
-    except (UnknownReleaseError, InvalidReleaseRowError) as err:
+    except ValueError as err:  # an unknown release, a bad override row, bad facts
         raise AnsibleFilterError(str(err)) from err
 
 

@@ -306,13 +306,55 @@ def _version_tuple(text):
     return tuple(int(part or 0) for part in match.groups())
 
 
-def compiler_verdict(vllm_version, gcc_version, isa, arch, accept_degraded=False, host="", overrides=None):
+def _gcc_minor(gcc_version):
+    """The major.minor ("12.2") of "12.2.0", "12.2" or "12.2.0-14"; None when there is none."""
+    match = re.match(r"\s*(\d+\.\d+)", str(gcc_version))
+    return match.group(1) if match else None
+
+
+def compiler_verdict(
+    vllm_version, gcc_version, isa, arch, accept_degraded=False, host="", overrides=None, accept_workaround=False
+):
     """Decide whether gcc ``gcc_version`` can build ``vllm_version`` for this host.
 
-    Returns {ok, severity ("ok"|"degraded"|"fatal"), min_gcc, missing_isas, message}.
-    missing_isas are the host's own ISAs the build would silently leave out.
+    Returns {ok, severity ("ok"|"degraded"|"fatal"|"patched"), min_gcc, missing_isas, patches, message}.
+    missing_isas are the host's own ISAs the build would silently leave out. A gcc the
+    release refuses is accepted with the release's gcc_workarounds for it when
+    ``accept_workaround`` (vllm_build_gcc122_workaround): severity "patched", and
+    ``patches`` are what roles/vllm_build applies before compiling.
     """
+    if not isinstance(isa, dict):
+        raise ValueError(f"isa: {type(isa).__name__} is not a dict of ISA flags; fix: pass ansible_facts.vllm_cpu.isa")
+    for name, value in (("accept_degraded", accept_degraded), ("accept_workaround", accept_workaround)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: {value!r} is not a boolean; fix: pass true or false")
+    if not _is_str(arch):
+        raise ValueError(f"arch: {arch!r} is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch")
     release = table(overrides)[normalize_version(vllm_version, overrides)]
+    verdict = _verdict_without_workaround(release, gcc_version, isa, arch, accept_degraded, host)
+    workaround = release["gcc_workarounds"].get(_gcc_minor(gcc_version), [])
+    verdict["patches"] = []
+    if verdict["ok"] or not workaround:
+        return verdict
+    if accept_workaround:
+        where = f"{host}: " if host else ""
+        verdict.update(
+            ok=True,
+            severity="patched",
+            patches=copy.deepcopy(workaround),
+            message=f"{where}building vLLM {release['version']} with gcc {gcc_version} below its minimum "
+            f"{release['min_gcc']} (vllm_build_gcc122_workaround: true); patching "
+            f"{', '.join(p['file'] for p in workaround)} with {', '.join(p['patch'] for p in workaround)}: "
+            f"{'; '.join(p.get('why', '') for p in workaround)}",
+        )
+        return verdict
+    verdict["message"] += (
+        "; or, for this gcc, set vllm_build_gcc122_workaround: true (the release table's patches, see docs/build.md)"
+    )
+    return verdict
+
+
+def _verdict_without_workaround(release, gcc_version, isa, arch, accept_degraded, host):
     min_gcc = release["min_gcc"]
     verdict = {"ok": True, "severity": "ok", "min_gcc": min_gcc, "missing_isas": [], "message": ""}
     if _version_tuple(gcc_version) >= _version_tuple(min_gcc):
@@ -320,6 +362,7 @@ def compiler_verdict(vllm_version, gcc_version, isa, arch, accept_degraded=False
         return verdict
     where = f"{host}: " if host else ""
     found = f"vLLM {release['version']} needs gcc >= {min_gcc} but gcc {gcc_version} was found"
+    # No row has a check for ppc64le: cpu_extension.cmake tests gcc on x86 only.
     policy = release["gcc_by_arch"].get(arch, {"below_min": "degrade", "isas_dropped": []})
     if policy["below_min"] == "fatal":
         verdict.update(

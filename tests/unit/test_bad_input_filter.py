@@ -29,3 +29,11 @@ def test_strings_from_the_command_line_plan_through_the_filter(filters):
     options = {"vllm_version": "0.32.0", "host": "h", "tp": "2", "max_jobs": "4", "release_overrides": {}}
     result = filters.vllm_cpu_plan(make_facts([4, 4]), options)
     assert result["instances"][0]["tp"] == 2 and result["build"]["max_jobs"] == 4
+
+
+def test_bad_compiler_verdict_input_is_a_filter_error_in_the_projects_words(filters):
+    message = r"^accept_workaround: 'no' is not a boolean; fix: pass true or false$"
+    with pytest.raises(AnsibleFilterError, match=message):
+        filters.vllm_compiler_verdict("12.2.0", "0.32.0", {}, "x86_64", False, "h", {}, "no")
+    with pytest.raises(AnsibleFilterError, match=r"vLLM version '0\.9\.0' is not supported"):
+        filters.vllm_compiler_verdict("12.2.0", "0.9.0", {}, "x86_64")

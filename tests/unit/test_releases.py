@@ -176,6 +176,7 @@ def test_old_gcc_is_fatal_on_x86_for_new_releases(version):
         "severity": "fatal",
         "min_gcc": "12.3",
         "missing_isas": [],
+        "patches": [],
         "message": verdict["message"],
     }
     for words in ("web1", version, "12.2.0", "12.3", "gcc-13", "builder"):
@@ -286,3 +287,65 @@ def test_plan_for_an_override_release():
     with release_overrides({"0.34.0": _row()}):
         result = plan(facts, {"vllm_version": "0.34.0", "host": "spr"})
     assert result["vllm_version"] == "0.34.0" and result["build"]["build_class"] == "x86_64"
+
+
+# ----------------------------------------------------------------- gcc workarounds (vllm_build_gcc122_workaround)
+
+WORKAROUND_HINT = "set vllm_build_gcc122_workaround: true"
+
+
+@pytest.mark.parametrize("version", ["0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("gcc", ["12.2.0", "12.2", "12.2.0-14"])
+def test_gcc122_is_accepted_with_the_tables_patches_only_when_asked(version, gcc):
+    refused = compiler_verdict(version, gcc, SPR_ISA, "x86_64", host="bld")
+    assert not refused["ok"] and refused["severity"] == "fatal" and refused["patches"] == []
+    assert refused["message"].endswith(f"{WORKAROUND_HINT} (the release table's patches, see docs/build.md)")
+    patched = compiler_verdict(version, gcc, SPR_ISA, "x86_64", host="bld", accept_workaround=True)
+    assert patched["ok"] and patched["severity"] == "patched"
+    assert patched["patches"] == RELEASES[version]["gcc_workarounds"]["12.2"]
+    for words in ("bld: building vLLM", version, gcc, "below its minimum 12.3", "01-x86-gcc-check-12.2.patch",
+                  "csrc/cpu/sgl-kernels/flash_mla.cpp"):  # fmt: skip
+        assert words in patched["message"]
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "0.20.0", "0.27.1", "0.32.0"])
+def test_no_workaround_for_another_gcc_or_a_release_without_patches(version):
+    # 0.17.0 to 0.30.0 refuse gcc 12.2 and have no patches; no release has patches for gcc 11.
+    for gcc in ("11.4.0", "12.2.0") if version != "0.32.0" else ("11.4.0",):
+        verdict = compiler_verdict(version, gcc, AVX2_ISA, "x86_64", accept_workaround=True)
+        assert not verdict["ok"] and verdict["severity"] == "fatal" and verdict["patches"] == []
+        assert WORKAROUND_HINT not in verdict["message"]
+
+
+@pytest.mark.parametrize("version", ["0.13.0", "0.16.0"])
+def test_the_workaround_does_not_touch_the_degrading_era(version):
+    verdict = compiler_verdict(version, "12.2.0", SPR_ISA, "x86_64", accept_workaround=True)
+    assert not verdict["ok"] and verdict["severity"] == "degraded" and verdict["patches"] == []
+
+
+@pytest.mark.parametrize("version", ["0.13.0", "0.32.0", "0.33.0"])
+def test_a_good_compiler_needs_no_patches_even_when_they_are_accepted(version):
+    verdict = compiler_verdict(version, "13.3.0", SPR_ISA, "x86_64", accept_workaround=True)
+    assert verdict["ok"] and verdict["severity"] == "ok" and verdict["patches"] == []
+    arm = compiler_verdict(version, "12.2.0", ARM_ISA, "aarch64", accept_workaround=True)
+    assert arm["ok"] and arm["severity"] == "ok" and arm["patches"] == []
+
+
+def test_an_arch_without_a_gcc_check_is_not_refused():
+    assert compiler_verdict("0.32.0", "11.4.0", {}, "ppc64le")["ok"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"isa": None}, "isa: NoneType is not a dict of ISA flags; fix: pass ansible_facts.vllm_cpu.isa"),
+        ({"arch": ""}, "arch: '' is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch"),
+        ({"accept_degraded": "yes"}, "accept_degraded: 'yes' is not a boolean; fix: pass true or false"),
+        ({"accept_workaround": 1}, "accept_workaround: 1 is not a boolean; fix: pass true or false"),
+    ],
+)
+def test_bad_verdict_input_names_the_variable_and_the_fix(change, words):
+    arguments = {"isa": SPR_ISA, "arch": "x86_64", **change}
+    with pytest.raises(ValueError) as err:
+        compiler_verdict("0.32.0", "12.2.0", **arguments)
+    assert str(err.value) == words
