@@ -18,6 +18,7 @@ from ansible.module_utils.vllm_cpu_releases import (  # noqa: E402
     compiler_verdict,
     release_info,
     release_overrides,
+    torch_pin,
 )
 
 
@@ -83,6 +84,14 @@ def vllm_compiler_verdict(
         raise AnsibleFilterError(str(err)) from err
 
 
+def vllm_torch_pin(vllm_version, arch, overrides=None):
+    """The torch version vllm_version pins on arch, with +cpu on x86_64 ("2.13.0+cpu")."""
+    try:
+        return torch_pin(vllm_version, arch, overrides or {})
+    except ValueError as err:  # an unknown release, a bad override row, a bad arch
+        raise AnsibleFilterError(str(err)) from err
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -90,4 +99,5 @@ class FilterModule:
             "vllm_cpu_plan_check": vllm_cpu_plan_check,
             "vllm_release": vllm_release,
             "vllm_compiler_verdict": vllm_compiler_verdict,
+            "vllm_torch_pin": vllm_torch_pin,
         }

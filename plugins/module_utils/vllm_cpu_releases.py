@@ -298,6 +298,19 @@ def build_isa_env(version, wheel_class, overrides=None):
     return dict(release["build_isa_env"].get(wheel_class, {}))
 
 
+def torch_pin(vllm_version, arch, overrides=None):
+    """The torch version a release builds and runs with on ``arch``: "2.13.0+cpu" on x86_64, else "2.13.0".
+
+    The x86_64 wheels of PyTorch's CPU index carry the +cpu local version (the
+    default x86_64 wheel on PyPI is the CUDA build); the other architectures'
+    PyPI wheels are CPU builds already.
+    """
+    if not _is_str(arch):
+        raise ValueError(f"arch: {arch!r} is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch")
+    release = table(overrides)[normalize_version(vllm_version, overrides)]
+    return release["torch_version"] + ("+cpu" if arch == "x86_64" else "")
+
+
 def _version_tuple(text):
     """(12, 2, 0) for "12.2.0", "12.2" or "12.2.0-14"; (0, 0, 0) when unparsable."""
     match = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(text))

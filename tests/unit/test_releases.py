@@ -20,6 +20,7 @@ from ansible.module_utils.vllm_cpu_releases import (
     release_overrides,
     supported_versions,
     table,
+    torch_pin,
     validate_row,
 )
 
@@ -349,3 +350,34 @@ def test_bad_verdict_input_names_the_variable_and_the_fix(change, words):
     with pytest.raises(ValueError) as err:
         compiler_verdict("0.32.0", "12.2.0", **arguments)
     assert str(err.value) == words
+
+
+# ----------------------------------------------------------------- torch pin
+
+
+@pytest.mark.parametrize(
+    ("version", "torch"),
+    [("0.13.0", "2.9.1"), ("0.17.0", "2.10.0"), ("0.20.0", "2.11.0"), ("0.27.0", "2.13.0"), ("0.32.0", "2.13.0"),
+     ("0.33.0", "2.14.0")],
+)  # fmt: skip
+def test_torch_pin_is_the_cpu_build_on_x86_only(version, torch):
+    assert torch_pin(version, "x86_64") == f"{torch}+cpu"
+    assert torch_pin(f"v{version}", "aarch64") == torch
+    assert torch_pin(version, "s390x") == torch
+
+
+def test_torch_pin_of_an_override_release():
+    assert torch_pin("0.34.0", "x86_64", {"0.34.0": _row(torch_version="2.15.0")}) == "2.15.0+cpu"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "words"),
+    [
+        (("0.32.0", None), ValueError, "arch: None is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch"),
+        (("0.9.0", "x86_64"), UnknownReleaseError, "vLLM version '0.9.0' is not supported; supported versions: 0.13.0"),
+    ],
+)
+def test_bad_torch_pin_input_is_named(arguments, error, words):
+    with pytest.raises(error) as err:
+        torch_pin(*arguments)
+    assert str(err.value).startswith(words)
