@@ -19,6 +19,7 @@ from ansible.module_utils.vllm_cpu_releases import (  # noqa: E402
     release_info,
     release_overrides,
     torch_pin,
+    wheel_libraries,
 )
 
 
@@ -92,6 +93,14 @@ def vllm_torch_pin(vllm_version, arch, overrides=None):
         raise AnsibleFilterError(str(err)) from err
 
 
+def vllm_wheel_libraries(vllm_version, arch, overrides=None):
+    """The compiled vllm/_C* modules a CPU wheel of vllm_version built on arch holds."""
+    try:
+        return wheel_libraries(vllm_version, arch, overrides or {})
+    except ValueError as err:  # an unknown release, a bad override row, a bad arch
+        raise AnsibleFilterError(str(err)) from err
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -100,4 +109,5 @@ class FilterModule:
             "vllm_release": vllm_release,
             "vllm_compiler_verdict": vllm_compiler_verdict,
             "vllm_torch_pin": vllm_torch_pin,
+            "vllm_wheel_libraries": vllm_wheel_libraries,
         }

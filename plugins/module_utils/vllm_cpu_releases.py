@@ -139,6 +139,15 @@ def _check_env_vars(value):
     return None
 
 
+def _check_cpu_libraries(value):
+    shape = '{"x86_64": ["_C", ...], "other": ["_C", ...]} (setup.py\'s CPU extensions)'
+    if not isinstance(value, dict) or set(value) != {"x86_64", "other"}:
+        return shape
+    if not all(_str_list(names) and names and all(name.startswith("_C") for name in names) for names in value.values()):
+        return shape
+    return None
+
+
 def _check_build_isa_env(value):
     if not isinstance(value, dict) or not value:
         return "a dict {wheel class: {VARIABLE: value}}"
@@ -172,6 +181,7 @@ ROW_FORMAT = {
     "gcc_below_min": lambda v: None if v in ("fatal", "degrade") else "fatal or degrade",
     "gcc_by_arch": _check_gcc_by_arch,
     "universal_x86_wheel": lambda v: None if isinstance(v, bool) else "true or false",
+    "cpu_libraries": _check_cpu_libraries,
     "build_isa_env": _check_build_isa_env,
     "env_vars": _check_env_vars,
     "has_sgl_kernel": lambda v: None if isinstance(v, bool) else "true or false",
@@ -296,6 +306,18 @@ def build_isa_env(version, wheel_class, overrides=None):
     """The release's ISA build variables for a wheel class ({} when it has none)."""
     release = table(overrides)[normalize_version(version, overrides)]
     return dict(release["build_isa_env"].get(wheel_class, {}))
+
+
+def wheel_libraries(vllm_version, arch, overrides=None):
+    """The compiled vllm/_C* modules a CPU wheel of ``vllm_version`` built on ``arch`` holds (sorted).
+
+    setup.py lists them for x86_64 and for every other machine (cpu_libraries):
+    _C alone up to 0.16, _C and _C_AVX2 in 0.17.x, _C, _C_AVX2 and _C_AVX512 from 0.18.0.
+    """
+    if not _is_str(arch):
+        raise ValueError(f"arch: {arch!r} is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch")
+    release = table(overrides)[normalize_version(vllm_version, overrides)]
+    return list(release["cpu_libraries"]["x86_64" if arch == "x86_64" else "other"])
 
 
 def torch_pin(vllm_version, arch, overrides=None):

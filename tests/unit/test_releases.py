@@ -22,6 +22,7 @@ from ansible.module_utils.vllm_cpu_releases import (
     table,
     torch_pin,
     validate_row,
+    wheel_libraries,
 )
 
 SPR_ISA = {"avx2": True, "avx512f": True, "avx512_bf16": True, "avx512_vnni": True, "amx_bf16": True}
@@ -107,6 +108,8 @@ def test_v0_32_and_v0_33_facts(version, torch):
     [
         ("0.17.0", lambda r: r["gcc_below_min"] == "fatal"),
         ("0.17.0", lambda r: r["universal_x86_wheel"]),
+        ("0.17.0", lambda r: "_C_AVX2" in r["cpu_libraries"]["x86_64"]),
+        ("0.18.0", lambda r: "_C_AVX512" in r["cpu_libraries"]["x86_64"]),
         ("0.19.0", lambda r: r["preloads_tcmalloc"]),
         ("0.20.0", lambda r: r["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "total"),
         ("0.20.0", lambda r: r["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "gpu_memory_utilization"),
@@ -381,3 +384,51 @@ def test_bad_torch_pin_input_is_named(arguments, error, words):
     with pytest.raises(error) as err:
         torch_pin(*arguments)
     assert str(err.value).startswith(words)
+
+
+# ----------------------------------------------------------------- compiled libraries of a CPU wheel
+
+
+@pytest.mark.parametrize(
+    ("version", "x86"),
+    [
+        ("0.13.0", ["_C"]),
+        ("0.16.0", ["_C"]),
+        # 0.17.x: universal x86 wheel, but its AVX512 build is _C itself (setup.py:995-1000).
+        ("0.17.0", ["_C", "_C_AVX2"]),
+        ("0.17.1", ["_C", "_C_AVX2"]),
+        ("0.18.0", ["_C", "_C_AVX2", "_C_AVX512"]),
+        ("0.20.0", ["_C", "_C_AVX2", "_C_AVX512"]),
+        ("0.32.0", ["_C", "_C_AVX2", "_C_AVX512"]),
+        ("0.33.0", ["_C", "_C_AVX2", "_C_AVX512"]),
+    ],
+)
+def test_wheel_libraries_per_era(version, x86):
+    assert wheel_libraries(version, "x86_64") == x86
+    assert wheel_libraries(f"v{version}", "aarch64") == ["_C"]
+    assert wheel_libraries(version, "ppc64le") == ["_C"]
+
+
+def test_wheel_libraries_copy_and_overrides():
+    wheel_libraries("0.32.0", "x86_64").append("X")
+    assert "X" not in wheel_libraries("0.32.0", "x86_64")
+    row = _row(cpu_libraries={"x86_64": ["_C", "_C_AVX10"], "other": ["_C"]})
+    assert wheel_libraries("0.34.0", "x86_64", {"0.34.0": row}) == ["_C", "_C_AVX10"]
+
+
+@pytest.mark.parametrize(
+    "value", [None, {"x86_64": ["_C"]}, {"x86_64": [], "other": ["_C"]}, {"x86_64": ["C"], "other": ["_C"]}]
+)
+def test_a_bad_cpu_libraries_row_is_named(value):
+    with pytest.raises(InvalidReleaseRowError) as err:
+        release_info("0.34.0", {"0.34.0": _row(cpu_libraries=value)})
+    assert "vllm_release_overrides['0.34.0'].cpu_libraries:" in str(err.value)
+    assert "fix: regenerate the row with `python tools/vllm_release_probe.py 0.34.0 --as-inventory" in str(err.value)
+
+
+def test_bad_wheel_libraries_input_is_named():
+    message = r"^arch: 5 is not an architecture name; fix: pass ansible_facts\.vllm_cpu\.arch$"
+    with pytest.raises(ValueError, match=message):
+        wheel_libraries("0.32.0", 5)
+    with pytest.raises(UnknownReleaseError, match=r"tools/vllm_release_probe\.py 0\.12\.0 --as-inventory"):
+        wheel_libraries("0.12.0", "x86_64")
