@@ -439,7 +439,6 @@ def probe(path, version=None, sha256=None):
         "python_versions": _python_versions(src, evidence),
         "min_gcc": min_gcc,
         "min_cmake": min_cmake,
-        "gcc_below_min": by_arch["x86_64"]["below_min"],
         "gcc_by_arch": by_arch,
         "universal_x86_wheel": universal,
         "cpu_libraries": _libraries(src, evidence),
@@ -452,7 +451,6 @@ def probe(path, version=None, sha256=None):
         "serve_entrypoint": _serve(src, evidence),
         **_preloads(src, evidence),
     }
-    evidence["gcc_below_min"] = evidence.get("gcc_by_arch.x86_64", CMAKE)
     evidence["has_sgl_kernel"] = evidence.get("env_vars.VLLM_CPU_SGL_KERNEL", f"{ENVS} (no VLLM_CPU_SGL_KERNEL)")
     return row, evidence, _notes(src)
 

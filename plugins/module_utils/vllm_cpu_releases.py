@@ -178,7 +178,6 @@ ROW_FORMAT = {
     else 'a list such as ["3.11", "3.12"]',
     "min_gcc": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+", v) else "major.minor, e.g. 12.3",
     "min_cmake": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)*", v) else "e.g. 3.26.1",
-    "gcc_below_min": lambda v: None if v in ("fatal", "degrade") else "fatal or degrade",
     "gcc_by_arch": _check_gcc_by_arch,
     "universal_x86_wheel": lambda v: None if isinstance(v, bool) else "true or false",
     "cpu_libraries": _check_cpu_libraries,
@@ -218,8 +217,6 @@ def validate_row(version, row, where=OVERRIDES_VARIABLE):
         problems.append(f"{name}.version: {row['version']!r} differs from the key {version!r}; {fix}")
     if not problems and row["has_sgl_kernel"] != ("VLLM_CPU_SGL_KERNEL" in row["env_vars"]):
         problems.append(f"{name}.has_sgl_kernel: must be true exactly when env_vars has VLLM_CPU_SGL_KERNEL; {fix}")
-    if not problems and row["gcc_below_min"] != row["gcc_by_arch"]["x86_64"]["below_min"]:
-        problems.append(f"{name}.gcc_below_min: must equal gcc_by_arch.x86_64.below_min; {fix}")
     return problems
 
 

@@ -115,7 +115,7 @@ def test_a_directory_gives_a_valid_row_with_places(tree):
     row, evidence, notes = probe_lib.probe(tree)
     assert row["version"] == "0.34.0" and evidence["version"] == "PKG-INFO:3"
     assert row["sdist_sha256"] is None
-    assert row["min_gcc"] == "13.1" and row["gcc_below_min"] == "fatal"
+    assert row["min_gcc"] == "13.1" and row["gcc_by_arch"]["x86_64"] == {"below_min": "fatal", "isas_dropped": []}
     assert row["gcc_by_arch"]["aarch64"] == {"below_min": "degrade", "isas_dropped": []}
     assert row["universal_x86_wheel"] and row["build_isa_env"]["aarch64-bf16"] == {"VLLM_CPU_ARM_BF16": "1"}
     assert row["cpu_libraries"] == {"x86_64": ["_C", "_C_AVX10", "_C_AVX2"], "other": ["_C"]}

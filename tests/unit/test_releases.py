@@ -31,7 +31,7 @@ AVX2_ISA = {"avx2": True}
 ARM_ISA = {"asimd": True, "bf16": True, "i8mm": True}
 # Keys no code reads any more (issue 14); the probe prints the facts some of them held.
 REMOVED_KEYS = {
-    "auto_bind", "kvcache_unset", "cxx_standard", "onednn_version", "isas_dropped_below_min",
+    "auto_bind", "kvcache_unset", "cxx_standard", "onednn_version", "isas_dropped_below_min", "gcc_below_min",
     "reserved_cpus_scope", "sgl_kernels_automatic_with_amx", "tcmalloc_bundled_from_builder", "preloads_libgomp",
 }  # fmt: skip
 
@@ -71,7 +71,7 @@ def test_every_row_is_in_the_table_format(version):
 def test_v0_13_facts():
     info = release_info("0.13.0")
     assert info["torch_version"] == "2.9.1"
-    assert info["min_gcc"] == "12.3" and info["gcc_below_min"] == "degrade"
+    assert info["min_gcc"] == "12.3"
     assert info["gcc_by_arch"]["x86_64"] == {"below_min": "degrade", "isas_dropped": ["avx512_bf16", "avx512_vnni",
                                                                                        "amx_bf16"]}  # fmt: skip
     assert info["universal_x86_wheel"] is False
@@ -88,7 +88,7 @@ def test_v0_13_facts():
 def test_v0_32_and_v0_33_facts(version, torch):
     info = release_info(version)
     assert info["torch_version"] == torch
-    assert info["gcc_below_min"] == "fatal" and info["gcc_by_arch"]["x86_64"]["isas_dropped"] == []
+    assert info["gcc_by_arch"]["x86_64"] == {"below_min": "fatal", "isas_dropped": []}
     assert info["universal_x86_wheel"] is True
     assert info["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "total"
     assert not info["has_sgl_kernel"] and "VLLM_CPU_SGL_KERNEL" not in info["env_vars"]
@@ -106,7 +106,7 @@ def test_v0_32_and_v0_33_facts(version, torch):
 @pytest.mark.parametrize(
     ("first", "fact"),
     [
-        ("0.17.0", lambda r: r["gcc_below_min"] == "fatal"),
+        ("0.17.0", lambda r: r["gcc_by_arch"]["x86_64"]["below_min"] == "fatal"),
         ("0.17.0", lambda r: r["universal_x86_wheel"]),
         ("0.17.0", lambda r: "_C_AVX2" in r["cpu_libraries"]["x86_64"]),
         ("0.18.0", lambda r: "_C_AVX512" in r["cpu_libraries"]["x86_64"]),
