@@ -5,6 +5,7 @@ from pathlib import Path
 
 import ansible.module_utils as _amu
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 # Controller-side plugins cannot import a collection-less repo's module_utils: put ours on the path.
 _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
@@ -66,6 +67,14 @@ def vllm_release(version, overrides=None):
         raise AnsibleFilterError(str(err)) from err
 
 
+def _flag(value):
+    """An inventory boolean ("yes", "true", 1) as a bool; anything else is left for the verdict to name."""
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        return value
+
+
 def vllm_compiler_verdict(
     gcc_version, vllm_version, isa, arch, accept_degraded=False, host="", overrides=None, accept_workaround=False
 ):
@@ -76,10 +85,10 @@ def vllm_compiler_verdict(
             gcc_version,
             isa,
             arch,
-            accept_degraded=accept_degraded,
+            accept_degraded=_flag(accept_degraded),
             host=host,
             overrides=overrides or {},
-            accept_workaround=accept_workaround,
+            accept_workaround=_flag(accept_workaround),
         )
     except ValueError as err:  # an unknown release, a bad override row, bad facts
         raise AnsibleFilterError(str(err)) from err
