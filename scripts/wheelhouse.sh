@@ -69,17 +69,16 @@ mkdir -p "$dir"
 exec 9>"$dir/.lock"
 flock 9
 
-# Torch pin: from the release table (one place for version knowledge), +cpu on x86_64.
+# Torch pin: from the release table's torch_pin (the one home of the +cpu rule).
 if [ -z "$torch_spec" ]; then
-  torch_version="$(cd "$here" && python3 -c "
+  torch_pin="$(cd "$here" && python3 -c "
 import sys
 sys.path.insert(0, 'plugins/module_utils')
-from vllm_cpu_releases import release_info
-print(release_info('$vllm_version')['torch_version'])
+from vllm_cpu_releases import torch_pin
+print(torch_pin('$vllm_version', '$arch'))
 " 2>/dev/null || true)"
-  [ -n "$torch_version" ] || { echo "wheelhouse.sh: vLLM $vllm_version is not in plugins/module_utils/vllm_cpu_releases.py; pass --torch 'torch==X+cpu'" >&2; exit 2; }
-  torch_spec="torch==$torch_version"
-  [ "$arch" = x86_64 ] && torch_spec="$torch_spec+cpu"
+  [ -n "$torch_pin" ] || { echo "wheelhouse.sh: vLLM $vllm_version is not in plugins/module_utils/vllm_cpu_releases.py; pass --torch 'torch==X+cpu'" >&2; exit 2; }
+  torch_spec="torch==$torch_pin"
 fi
 
 format_version=2  # bump when the manifest's fields change: older manifests are rewritten

@@ -2,9 +2,17 @@
 
 import hashlib
 import json
-import re
+from pathlib import Path
 
+import ansible.module_utils as _amu
 from ansible.errors import AnsibleFilterError
+
+# Controller-side plugins cannot import a collection-less repo's module_utils: put ours on the path.
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MODULE_UTILS not in _amu.__path__:
+    _amu.__path__.append(_MODULE_UTILS)
+
+from ansible.module_utils.vllm_cpu_wheel import select_wheels, wheel_pattern  # noqa: E402
 
 MANIFEST_FORMAT = 1
 
@@ -49,7 +57,18 @@ def vllm_build_manifest_name(version):
 
 def vllm_build_wheel_pattern(version):
     """Regex a built wheel's file name matches: vllm-<version>[+local]-<tags>.whl."""
-    return r"^vllm-" + re.escape(str(version)) + r"(\+[A-Za-z0-9.]+)?-[^/]+\.whl$"
+    try:
+        return wheel_pattern(version)
+    except ValueError as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
+def vllm_build_select_wheels(paths, version):
+    """The paths whose file name is a wheel of vLLM ``version`` (vllm_build_wheel_pattern)."""
+    try:
+        return select_wheels(paths, version)
+    except ValueError as err:
+        raise AnsibleFilterError(str(err)) from err
 
 
 def vllm_build_inputs_key(inputs):
@@ -64,7 +83,10 @@ def vllm_build_manifest_ok(manifest, inputs_key, wheel_sha256=None):
         return False
     if manifest.get("format") != MANIFEST_FORMAT or manifest.get("inputs_key") != inputs_key:
         return False
-    if not re.match(vllm_build_wheel_pattern(manifest.get("version", "")), str(manifest.get("wheel", ""))):
+    try:
+        if not select_wheels([str(manifest.get("wheel", ""))], manifest.get("version", "")):
+            return False
+    except ValueError:  # no valid version: the manifest describes no wheel
         return False
     return wheel_sha256 is None or manifest.get("sha256") == wheel_sha256
 
@@ -76,6 +98,7 @@ class FilterModule:
             "vllm_build_classes_of": vllm_build_classes_of,
             "vllm_build_manifest_name": vllm_build_manifest_name,
             "vllm_build_wheel_pattern": vllm_build_wheel_pattern,
+            "vllm_build_select_wheels": vllm_build_select_wheels,
             "vllm_build_inputs_key": vllm_build_inputs_key,
             "vllm_build_manifest_ok": vllm_build_manifest_ok,
         }

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import ansible.module_utils as _amu
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 # Controller-side plugins cannot import a collection-less repo's module_utils: put ours on the path.
 _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
@@ -18,6 +19,8 @@ from ansible.module_utils.vllm_cpu_releases import (  # noqa: E402
     compiler_verdict,
     release_info,
     release_overrides,
+    torch_pin,
+    wheel_libraries,
 )
 
 
@@ -64,13 +67,46 @@ def vllm_release(version, overrides=None):
         raise AnsibleFilterError(str(err)) from err
 
 
-def vllm_compiler_verdict(gcc_version, vllm_version, isa, arch, accept_degraded=False, host="", overrides=None):
-    """Whether gcc_version builds vllm_version for this host: {ok, severity, min_gcc, missing_isas, message}."""
+def _flag(value):
+    """An inventory boolean ("yes", "true", 1) as a bool; anything else is left for the verdict to name."""
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        return value
+
+
+def vllm_compiler_verdict(
+    gcc_version, vllm_version, isa, arch, accept_degraded=False, host="", overrides=None, accept_workaround=False
+):
+    """Whether gcc_version builds vllm_version here: {ok, severity, min_gcc, missing_isas, patches, message}."""
     try:
         return compiler_verdict(
-            vllm_version, gcc_version, isa, arch, accept_degraded=accept_degraded, host=host, overrides=overrides or {}
+            vllm_version,
+            gcc_version,
+            isa,
+            arch,
+            accept_degraded=_flag(accept_degraded),
+            host=host,
+            overrides=overrides or {},
+            accept_workaround=_flag(accept_workaround),
         )
-    except (UnknownReleaseError, InvalidReleaseRowError) as err:
+    except ValueError as err:  # an unknown release, a bad override row, bad facts
+        raise AnsibleFilterError(str(err)) from err
+
+
+def vllm_torch_pin(vllm_version, arch, overrides=None):
+    """The torch version vllm_version pins on arch, with +cpu on x86_64 ("2.13.0+cpu")."""
+    try:
+        return torch_pin(vllm_version, arch, overrides or {})
+    except ValueError as err:  # an unknown release, a bad override row, a bad arch
+        raise AnsibleFilterError(str(err)) from err
+
+
+def vllm_wheel_libraries(vllm_version, arch, overrides=None):
+    """The compiled vllm/_C* modules a CPU wheel of vllm_version built on arch holds."""
+    try:
+        return wheel_libraries(vllm_version, arch, overrides or {})
+    except ValueError as err:  # an unknown release, a bad override row, a bad arch
         raise AnsibleFilterError(str(err)) from err
 
 
@@ -81,4 +117,6 @@ class FilterModule:
             "vllm_cpu_plan_check": vllm_cpu_plan_check,
             "vllm_release": vllm_release,
             "vllm_compiler_verdict": vllm_compiler_verdict,
+            "vllm_torch_pin": vllm_torch_pin,
+            "vllm_wheel_libraries": vllm_wheel_libraries,
         }

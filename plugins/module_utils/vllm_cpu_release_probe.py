@@ -27,6 +27,7 @@ ENVS = "vllm/envs.py"
 PLATFORM = "vllm/platforms/cpu.py"
 CMAKE = "cmake/cpu_extension.cmake"
 PYPROJECT = "pyproject.toml"
+SETUP = "setup.py"
 
 # The x86 ISA a 0.13-style build drops with a warning below the gcc minimum,
 # keyed by the name in cpu_extension.cmake's message.
@@ -279,6 +280,52 @@ def _build(src, evidence):
     return universal, dict(sorted(isa.items()))
 
 
+def _block(lines, start):
+    """Indices of the indented lines of the top-level block whose header is lines[start]."""
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][:1].isspace()):
+        end += 1
+    return range(start + 1, end)
+
+
+def _extensions(lines, indices):
+    """The compiled _C* modules (what inspect_wheel.py counts) named by CMakeExtension on these lines."""
+    names = (re.search(r'CMakeExtension\(name="vllm\.(_C\w*)"', lines[index]) for index in indices)
+    return sorted({match.group(1) for match in names if match})
+
+
+def _libraries(src, evidence):
+    """The compiled libraries a CPU wheel holds: setup.py's x86_64 branch and its branch for every other machine.
+
+    0.13-0.16 build _C through _build_custom_ops() (which includes _is_cpu()); from 0.17
+    an ``if _is_cpu():`` block lists them, x86_64 ("x86_64", "AMD64") first, then ``else:``.
+    """
+    lines = src.require(SETUP)
+    x86, other = set(), set()
+    index, _ = _find(lines, r"^if _is_cpu\(\):")
+    if index is not None:
+        body = list(_block(lines, index))
+        branch, _ = _find(lines, r'^\s+if platform\.machine\(\) in \(.*"x86_64"', index)
+        otherwise, _ = _find(lines, r"^\s+else:\s*$", branch or index)
+        if branch is None or otherwise is None or otherwise not in body:
+            raise ProbeError(f"{src.path}: {_where(SETUP, index)}: the CPU extensions are not split x86_64/else; "
+                             "review by hand")  # fmt: skip
+        x86.update(_extensions(lines, range(branch + 1, otherwise)))
+        other.update(_extensions(lines, [i for i in body if i > otherwise]))
+        evidence["cpu_libraries"] = _where(SETUP, index)
+    custom, _ = _find(lines, r"^def _build_custom_ops\(")
+    ops, _ = _find(lines, r"^if _build_custom_ops\(\):")
+    if custom is not None and ops is not None and "_is_cpu()" in lines[custom + 1]:
+        # Only the block's own lines: a nested `if _is_cuda():` is not built for CPU.
+        direct = [i for i in _block(lines, ops) if re.match(r"^ {4}\S", lines[i])]
+        x86.update(_extensions(lines, direct))
+        other.update(_extensions(lines, direct))
+        evidence.setdefault("cpu_libraries", _where(SETUP, ops))
+    if not x86 or not other:
+        raise ProbeError(f"{src.path}: {SETUP}: no CPU extension found; review by hand")
+    return {"x86_64": sorted(x86), "other": sorted(other)}
+
+
 def _requirements(src, evidence):
     build = "requirements/build/cpu.txt" if "requirements/build/cpu.txt" in src.files else "requirements/cpu-build.txt"
     runtime = "requirements/cpu.txt"
@@ -392,9 +439,9 @@ def probe(path, version=None, sha256=None):
         "python_versions": _python_versions(src, evidence),
         "min_gcc": min_gcc,
         "min_cmake": min_cmake,
-        "gcc_below_min": by_arch["x86_64"]["below_min"],
         "gcc_by_arch": by_arch,
         "universal_x86_wheel": universal,
+        "cpu_libraries": _libraries(src, evidence),
         "build_isa_env": isa_env,
         "env_vars": env_vars,
         "has_sgl_kernel": "VLLM_CPU_SGL_KERNEL" in env_vars,
@@ -404,7 +451,6 @@ def probe(path, version=None, sha256=None):
         "serve_entrypoint": _serve(src, evidence),
         **_preloads(src, evidence),
     }
-    evidence["gcc_below_min"] = evidence.get("gcc_by_arch.x86_64", CMAKE)
     evidence["has_sgl_kernel"] = evidence.get("env_vars.VLLM_CPU_SGL_KERNEL", f"{ENVS} (no VLLM_CPU_SGL_KERNEL)")
     return row, evidence, _notes(src)
 

@@ -139,6 +139,15 @@ def _check_env_vars(value):
     return None
 
 
+def _check_cpu_libraries(value):
+    shape = '{"x86_64": ["_C", ...], "other": ["_C", ...]} (setup.py\'s CPU extensions)'
+    if not isinstance(value, dict) or set(value) != {"x86_64", "other"}:
+        return shape
+    if not all(_str_list(names) and names and all(name.startswith("_C") for name in names) for names in value.values()):
+        return shape
+    return None
+
+
 def _check_build_isa_env(value):
     if not isinstance(value, dict) or not value:
         return "a dict {wheel class: {VARIABLE: value}}"
@@ -169,9 +178,9 @@ ROW_FORMAT = {
     else 'a list such as ["3.11", "3.12"]',
     "min_gcc": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+", v) else "major.minor, e.g. 12.3",
     "min_cmake": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)*", v) else "e.g. 3.26.1",
-    "gcc_below_min": lambda v: None if v in ("fatal", "degrade") else "fatal or degrade",
     "gcc_by_arch": _check_gcc_by_arch,
     "universal_x86_wheel": lambda v: None if isinstance(v, bool) else "true or false",
+    "cpu_libraries": _check_cpu_libraries,
     "build_isa_env": _check_build_isa_env,
     "env_vars": _check_env_vars,
     "has_sgl_kernel": lambda v: None if isinstance(v, bool) else "true or false",
@@ -208,8 +217,6 @@ def validate_row(version, row, where=OVERRIDES_VARIABLE):
         problems.append(f"{name}.version: {row['version']!r} differs from the key {version!r}; {fix}")
     if not problems and row["has_sgl_kernel"] != ("VLLM_CPU_SGL_KERNEL" in row["env_vars"]):
         problems.append(f"{name}.has_sgl_kernel: must be true exactly when env_vars has VLLM_CPU_SGL_KERNEL; {fix}")
-    if not problems and row["gcc_below_min"] != row["gcc_by_arch"]["x86_64"]["below_min"]:
-        problems.append(f"{name}.gcc_below_min: must equal gcc_by_arch.x86_64.below_min; {fix}")
     return problems
 
 
@@ -298,6 +305,31 @@ def build_isa_env(version, wheel_class, overrides=None):
     return dict(release["build_isa_env"].get(wheel_class, {}))
 
 
+def wheel_libraries(vllm_version, arch, overrides=None):
+    """The compiled vllm/_C* modules a CPU wheel of ``vllm_version`` built on ``arch`` holds (sorted).
+
+    setup.py lists them for x86_64 and for every other machine (cpu_libraries):
+    _C alone up to 0.16, _C and _C_AVX2 in 0.17.x, _C, _C_AVX2 and _C_AVX512 from 0.18.0.
+    """
+    if not _is_str(arch):
+        raise ValueError(f"arch: {arch!r} is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch")
+    release = table(overrides)[normalize_version(vllm_version, overrides)]
+    return list(release["cpu_libraries"]["x86_64" if arch == "x86_64" else "other"])
+
+
+def torch_pin(vllm_version, arch, overrides=None):
+    """The torch version a release builds and runs with on ``arch``: "2.13.0+cpu" on x86_64, else "2.13.0".
+
+    The x86_64 wheels of PyTorch's CPU index carry the +cpu local version (the
+    default x86_64 wheel on PyPI is the CUDA build); the other architectures'
+    PyPI wheels are CPU builds already.
+    """
+    if not _is_str(arch):
+        raise ValueError(f"arch: {arch!r} is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch")
+    release = table(overrides)[normalize_version(vllm_version, overrides)]
+    return release["torch_version"] + ("+cpu" if arch == "x86_64" else "")
+
+
 def _version_tuple(text):
     """(12, 2, 0) for "12.2.0", "12.2" or "12.2.0-14"; (0, 0, 0) when unparsable."""
     match = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(text))
@@ -306,13 +338,55 @@ def _version_tuple(text):
     return tuple(int(part or 0) for part in match.groups())
 
 
-def compiler_verdict(vllm_version, gcc_version, isa, arch, accept_degraded=False, host="", overrides=None):
+def _gcc_minor(gcc_version):
+    """The major.minor ("12.2") of "12.2.0", "12.2" or "12.2.0-14"; None when there is none."""
+    match = re.match(r"\s*(\d+\.\d+)", str(gcc_version))
+    return match.group(1) if match else None
+
+
+def compiler_verdict(
+    vllm_version, gcc_version, isa, arch, accept_degraded=False, host="", overrides=None, accept_workaround=False
+):
     """Decide whether gcc ``gcc_version`` can build ``vllm_version`` for this host.
 
-    Returns {ok, severity ("ok"|"degraded"|"fatal"), min_gcc, missing_isas, message}.
-    missing_isas are the host's own ISAs the build would silently leave out.
+    Returns {ok, severity ("ok"|"degraded"|"fatal"|"patched"), min_gcc, missing_isas, patches, message}.
+    missing_isas are the host's own ISAs the build would silently leave out. A gcc the
+    release refuses is accepted with the release's gcc_workarounds for it when
+    ``accept_workaround`` (vllm_build_gcc122_workaround): severity "patched", and
+    ``patches`` are what roles/vllm_build applies before compiling.
     """
+    if not isinstance(isa, dict):
+        raise ValueError(f"isa: {type(isa).__name__} is not a dict of ISA flags; fix: pass ansible_facts.vllm_cpu.isa")
+    for name, value in (("accept_degraded", accept_degraded), ("accept_workaround", accept_workaround)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: {value!r} is not a boolean; fix: pass true or false")
+    if not _is_str(arch):
+        raise ValueError(f"arch: {arch!r} is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch")
     release = table(overrides)[normalize_version(vllm_version, overrides)]
+    verdict = _verdict_without_workaround(release, gcc_version, isa, arch, accept_degraded, host)
+    workaround = release["gcc_workarounds"].get(_gcc_minor(gcc_version), [])
+    verdict["patches"] = []
+    if verdict["ok"] or not workaround:
+        return verdict
+    if accept_workaround:
+        where = f"{host}: " if host else ""
+        verdict.update(
+            ok=True,
+            severity="patched",
+            patches=copy.deepcopy(workaround),
+            message=f"{where}building vLLM {release['version']} with gcc {gcc_version} below its minimum "
+            f"{release['min_gcc']} (vllm_build_gcc122_workaround: true); patching "
+            f"{', '.join(p['file'] for p in workaround)} with {', '.join(p['patch'] for p in workaround)}: "
+            f"{'; '.join(p.get('why', '') for p in workaround)}",
+        )
+        return verdict
+    verdict["message"] += (
+        "; or, for this gcc, set vllm_build_gcc122_workaround: true (the release table's patches, see docs/build.md)"
+    )
+    return verdict
+
+
+def _verdict_without_workaround(release, gcc_version, isa, arch, accept_degraded, host):
     min_gcc = release["min_gcc"]
     verdict = {"ok": True, "severity": "ok", "min_gcc": min_gcc, "missing_isas": [], "message": ""}
     if _version_tuple(gcc_version) >= _version_tuple(min_gcc):
@@ -320,6 +394,7 @@ def compiler_verdict(vllm_version, gcc_version, isa, arch, accept_degraded=False
         return verdict
     where = f"{host}: " if host else ""
     found = f"vLLM {release['version']} needs gcc >= {min_gcc} but gcc {gcc_version} was found"
+    # No row has a check for ppc64le: cpu_extension.cmake tests gcc on x86 only.
     policy = release["gcc_by_arch"].get(arch, {"below_min": "degrade", "isas_dropped": []})
     if policy["below_min"] == "fatal":
         verdict.update(

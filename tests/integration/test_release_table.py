@@ -59,7 +59,7 @@ def test_row_equals_the_source(version, probed):
     assert probe_lib.diff_rows(stored, row, skip=()) == []
     assert row == stored
     # Every fact has a place in the source a reviewer can open.
-    for key in ("torch_version", "python_versions", "min_gcc", "min_cmake", "universal_x86_wheel",
+    for key in ("torch_version", "python_versions", "min_gcc", "min_cmake", "universal_x86_wheel", "cpu_libraries",
                 "preloads_tcmalloc", "build_isa_env", "serve_entrypoint"):  # fmt: skip
         assert evidence[key], key
     for name in row["env_vars"]:

@@ -50,7 +50,42 @@ endif()
             GIT_REPOSITORY https://github.com/oneapi-src/oneDNN.git
             GIT_TAG        v3.14
 """
+SETUP = """ext_modules = []
+
+if _is_cuda():
+    ext_modules.append(CMakeExtension(name="vllm._C_cuda_only"))
+
+if _is_cpu():
+    import platform
+
+    if platform.machine() in ("x86_64", "AMD64"):
+        ext_modules.append(CMakeExtension(name="vllm._C"))
+        ext_modules.append(CMakeExtension(name="vllm._C_AVX10"))
+        ext_modules.append(CMakeExtension(name="vllm._C_AVX2"))
+    else:
+        ext_modules.append(CMakeExtension(name="vllm._C"))
+
+def _build_custom_ops() -> bool:
+    return _is_cuda() or _is_hip()
+
+if _build_custom_ops():
+    ext_modules.append(CMakeExtension(name="vllm._C"))
+    if _is_cuda():
+        ext_modules.append(CMakeExtension(name="vllm._C_stable_libtorch"))
+"""
+# 0.13-0.16: _C through _build_custom_ops(), which includes the CPU.
+EARLY_SETUP = """def _build_custom_ops() -> bool:
+    return _is_cuda() or _is_hip() or _is_cpu()
+
+ext_modules = []
+
+if _build_custom_ops():
+    ext_modules.append(CMakeExtension(name="vllm._C"))
+    if _is_cuda():
+        ext_modules.append(CMakeExtension(name="vllm._C_stable_libtorch"))
+"""
 FILES = {
+    "setup.py": SETUP,
     "vllm/envs.py": ENVS,
     "vllm/platforms/cpu.py": "kv = 1\ncache_config.kv_cache_memory_bytes = kv\n"
     'if "libtcmalloc" not in ld_preload_str:\n',
@@ -80,9 +115,11 @@ def test_a_directory_gives_a_valid_row_with_places(tree):
     row, evidence, notes = probe_lib.probe(tree)
     assert row["version"] == "0.34.0" and evidence["version"] == "PKG-INFO:3"
     assert row["sdist_sha256"] is None
-    assert row["min_gcc"] == "13.1" and row["gcc_below_min"] == "fatal"
+    assert row["min_gcc"] == "13.1" and row["gcc_by_arch"]["x86_64"] == {"below_min": "fatal", "isas_dropped": []}
     assert row["gcc_by_arch"]["aarch64"] == {"below_min": "degrade", "isas_dropped": []}
     assert row["universal_x86_wheel"] and row["build_isa_env"]["aarch64-bf16"] == {"VLLM_CPU_ARM_BF16": "1"}
+    assert row["cpu_libraries"] == {"x86_64": ["_C", "_C_AVX10", "_C_AVX2"], "other": ["_C"]}
+    assert evidence["cpu_libraries"] == "setup.py:6"
     assert row["torch_version"] == "2.15.0" and row["min_cmake"] == "3.27"
     assert row["python_versions"] == ["3.12", "3.13"]
     assert row["runtime_requirements_github_urls"] == ["triton (triton-cpu v3.9.0)"]
@@ -165,6 +202,22 @@ def test_early_release_semantics(tree):
     assert not row["universal_x86_wheel"] and not row["preloads_tcmalloc"]
     assert row["build_isa_env"]["x86_64-amx"] == {"VLLM_CPU_AVX512BF16": "1"}
     assert row["build_isa_env"]["x86_64-avx2"] == {"VLLM_CPU_DISABLE_AVX512": "true"}
+
+
+def test_early_releases_build_only_c_through_the_custom_ops(tree):
+    (tree / "setup.py").write_text(EARLY_SETUP)
+    row, evidence, _ = probe_lib.probe(tree)
+    assert row["cpu_libraries"] == {"x86_64": ["_C"], "other": ["_C"]}
+    assert evidence["cpu_libraries"] == "setup.py:6"
+
+
+def test_cpu_extensions_of_an_unknown_form_stop_the_probe(tree):
+    (tree / "setup.py").write_text(SETUP.replace("    else:\n", "    elif True:\n"))
+    with pytest.raises(probe_lib.ProbeError, match=r"setup\.py:6: the CPU extensions are not split x86_64/else"):
+        probe_lib.probe(tree)
+    (tree / "setup.py").write_text("ext_modules = []\n")
+    with pytest.raises(probe_lib.ProbeError, match=r"setup\.py: no CPU extension found; review by hand"):
+        probe_lib.probe(tree)
 
 
 class FakeIndex:

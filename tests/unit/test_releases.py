@@ -20,7 +20,9 @@ from ansible.module_utils.vllm_cpu_releases import (
     release_overrides,
     supported_versions,
     table,
+    torch_pin,
     validate_row,
+    wheel_libraries,
 )
 
 SPR_ISA = {"avx2": True, "avx512f": True, "avx512_bf16": True, "avx512_vnni": True, "amx_bf16": True}
@@ -29,7 +31,7 @@ AVX2_ISA = {"avx2": True}
 ARM_ISA = {"asimd": True, "bf16": True, "i8mm": True}
 # Keys no code reads any more (issue 14); the probe prints the facts some of them held.
 REMOVED_KEYS = {
-    "auto_bind", "kvcache_unset", "cxx_standard", "onednn_version", "isas_dropped_below_min",
+    "auto_bind", "kvcache_unset", "cxx_standard", "onednn_version", "isas_dropped_below_min", "gcc_below_min",
     "reserved_cpus_scope", "sgl_kernels_automatic_with_amx", "tcmalloc_bundled_from_builder", "preloads_libgomp",
 }  # fmt: skip
 
@@ -69,7 +71,7 @@ def test_every_row_is_in_the_table_format(version):
 def test_v0_13_facts():
     info = release_info("0.13.0")
     assert info["torch_version"] == "2.9.1"
-    assert info["min_gcc"] == "12.3" and info["gcc_below_min"] == "degrade"
+    assert info["min_gcc"] == "12.3"
     assert info["gcc_by_arch"]["x86_64"] == {"below_min": "degrade", "isas_dropped": ["avx512_bf16", "avx512_vnni",
                                                                                        "amx_bf16"]}  # fmt: skip
     assert info["universal_x86_wheel"] is False
@@ -86,7 +88,7 @@ def test_v0_13_facts():
 def test_v0_32_and_v0_33_facts(version, torch):
     info = release_info(version)
     assert info["torch_version"] == torch
-    assert info["gcc_below_min"] == "fatal" and info["gcc_by_arch"]["x86_64"]["isas_dropped"] == []
+    assert info["gcc_by_arch"]["x86_64"] == {"below_min": "fatal", "isas_dropped": []}
     assert info["universal_x86_wheel"] is True
     assert info["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "total"
     assert not info["has_sgl_kernel"] and "VLLM_CPU_SGL_KERNEL" not in info["env_vars"]
@@ -104,8 +106,10 @@ def test_v0_32_and_v0_33_facts(version, torch):
 @pytest.mark.parametrize(
     ("first", "fact"),
     [
-        ("0.17.0", lambda r: r["gcc_below_min"] == "fatal"),
+        ("0.17.0", lambda r: r["gcc_by_arch"]["x86_64"]["below_min"] == "fatal"),
         ("0.17.0", lambda r: r["universal_x86_wheel"]),
+        ("0.17.0", lambda r: "_C_AVX2" in r["cpu_libraries"]["x86_64"]),
+        ("0.18.0", lambda r: "_C_AVX512" in r["cpu_libraries"]["x86_64"]),
         ("0.19.0", lambda r: r["preloads_tcmalloc"]),
         ("0.20.0", lambda r: r["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "total"),
         ("0.20.0", lambda r: r["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "gpu_memory_utilization"),
@@ -176,6 +180,7 @@ def test_old_gcc_is_fatal_on_x86_for_new_releases(version):
         "severity": "fatal",
         "min_gcc": "12.3",
         "missing_isas": [],
+        "patches": [],
         "message": verdict["message"],
     }
     for words in ("web1", version, "12.2.0", "12.3", "gcc-13", "builder"):
@@ -286,3 +291,144 @@ def test_plan_for_an_override_release():
     with release_overrides({"0.34.0": _row()}):
         result = plan(facts, {"vllm_version": "0.34.0", "host": "spr"})
     assert result["vllm_version"] == "0.34.0" and result["build"]["build_class"] == "x86_64"
+
+
+# ----------------------------------------------------------------- gcc workarounds (vllm_build_gcc122_workaround)
+
+WORKAROUND_HINT = "set vllm_build_gcc122_workaround: true"
+
+
+@pytest.mark.parametrize("version", ["0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("gcc", ["12.2.0", "12.2", "12.2.0-14"])
+def test_gcc122_is_accepted_with_the_tables_patches_only_when_asked(version, gcc):
+    refused = compiler_verdict(version, gcc, SPR_ISA, "x86_64", host="bld")
+    assert not refused["ok"] and refused["severity"] == "fatal" and refused["patches"] == []
+    assert refused["message"].endswith(f"{WORKAROUND_HINT} (the release table's patches, see docs/build.md)")
+    patched = compiler_verdict(version, gcc, SPR_ISA, "x86_64", host="bld", accept_workaround=True)
+    assert patched["ok"] and patched["severity"] == "patched"
+    assert patched["patches"] == RELEASES[version]["gcc_workarounds"]["12.2"]
+    for words in ("bld: building vLLM", version, gcc, "below its minimum 12.3", "01-x86-gcc-check-12.2.patch",
+                  "csrc/cpu/sgl-kernels/flash_mla.cpp"):  # fmt: skip
+        assert words in patched["message"]
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "0.20.0", "0.27.1", "0.32.0"])
+def test_no_workaround_for_another_gcc_or_a_release_without_patches(version):
+    # 0.17.0 to 0.30.0 refuse gcc 12.2 and have no patches; no release has patches for gcc 11.
+    for gcc in ("11.4.0", "12.2.0") if version != "0.32.0" else ("11.4.0",):
+        verdict = compiler_verdict(version, gcc, AVX2_ISA, "x86_64", accept_workaround=True)
+        assert not verdict["ok"] and verdict["severity"] == "fatal" and verdict["patches"] == []
+        assert WORKAROUND_HINT not in verdict["message"]
+
+
+@pytest.mark.parametrize("version", ["0.13.0", "0.16.0"])
+def test_the_workaround_does_not_touch_the_degrading_era(version):
+    verdict = compiler_verdict(version, "12.2.0", SPR_ISA, "x86_64", accept_workaround=True)
+    assert not verdict["ok"] and verdict["severity"] == "degraded" and verdict["patches"] == []
+
+
+@pytest.mark.parametrize("version", ["0.13.0", "0.32.0", "0.33.0"])
+def test_a_good_compiler_needs_no_patches_even_when_they_are_accepted(version):
+    verdict = compiler_verdict(version, "13.3.0", SPR_ISA, "x86_64", accept_workaround=True)
+    assert verdict["ok"] and verdict["severity"] == "ok" and verdict["patches"] == []
+    arm = compiler_verdict(version, "12.2.0", ARM_ISA, "aarch64", accept_workaround=True)
+    assert arm["ok"] and arm["severity"] == "ok" and arm["patches"] == []
+
+
+def test_an_arch_without_a_gcc_check_is_not_refused():
+    assert compiler_verdict("0.32.0", "11.4.0", {}, "ppc64le")["ok"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"isa": None}, "isa: NoneType is not a dict of ISA flags; fix: pass ansible_facts.vllm_cpu.isa"),
+        ({"arch": ""}, "arch: '' is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch"),
+        ({"accept_degraded": "yes"}, "accept_degraded: 'yes' is not a boolean; fix: pass true or false"),
+        ({"accept_workaround": 1}, "accept_workaround: 1 is not a boolean; fix: pass true or false"),
+    ],
+)
+def test_bad_verdict_input_names_the_variable_and_the_fix(change, words):
+    arguments = {"isa": SPR_ISA, "arch": "x86_64", **change}
+    with pytest.raises(ValueError) as err:
+        compiler_verdict("0.32.0", "12.2.0", **arguments)
+    assert str(err.value) == words
+
+
+# ----------------------------------------------------------------- torch pin
+
+
+@pytest.mark.parametrize(
+    ("version", "torch"),
+    [("0.13.0", "2.9.1"), ("0.17.0", "2.10.0"), ("0.20.0", "2.11.0"), ("0.27.0", "2.13.0"), ("0.32.0", "2.13.0"),
+     ("0.33.0", "2.14.0")],
+)  # fmt: skip
+def test_torch_pin_is_the_cpu_build_on_x86_only(version, torch):
+    assert torch_pin(version, "x86_64") == f"{torch}+cpu"
+    assert torch_pin(f"v{version}", "aarch64") == torch
+    assert torch_pin(version, "s390x") == torch
+
+
+def test_torch_pin_of_an_override_release():
+    assert torch_pin("0.34.0", "x86_64", {"0.34.0": _row(torch_version="2.15.0")}) == "2.15.0+cpu"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "words"),
+    [
+        (("0.32.0", None), ValueError, "arch: None is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch"),
+        (("0.9.0", "x86_64"), UnknownReleaseError, "vLLM version '0.9.0' is not supported; supported versions: 0.13.0"),
+    ],
+)
+def test_bad_torch_pin_input_is_named(arguments, error, words):
+    with pytest.raises(error) as err:
+        torch_pin(*arguments)
+    assert str(err.value).startswith(words)
+
+
+# ----------------------------------------------------------------- compiled libraries of a CPU wheel
+
+
+@pytest.mark.parametrize(
+    ("version", "x86"),
+    [
+        ("0.13.0", ["_C"]),
+        ("0.16.0", ["_C"]),
+        # 0.17.x: universal x86 wheel, but its AVX512 build is _C itself (setup.py:995-1000).
+        ("0.17.0", ["_C", "_C_AVX2"]),
+        ("0.17.1", ["_C", "_C_AVX2"]),
+        ("0.18.0", ["_C", "_C_AVX2", "_C_AVX512"]),
+        ("0.20.0", ["_C", "_C_AVX2", "_C_AVX512"]),
+        ("0.32.0", ["_C", "_C_AVX2", "_C_AVX512"]),
+        ("0.33.0", ["_C", "_C_AVX2", "_C_AVX512"]),
+    ],
+)
+def test_wheel_libraries_per_era(version, x86):
+    assert wheel_libraries(version, "x86_64") == x86
+    assert wheel_libraries(f"v{version}", "aarch64") == ["_C"]
+    assert wheel_libraries(version, "ppc64le") == ["_C"]
+
+
+def test_wheel_libraries_copy_and_overrides():
+    wheel_libraries("0.32.0", "x86_64").append("X")
+    assert "X" not in wheel_libraries("0.32.0", "x86_64")
+    row = _row(cpu_libraries={"x86_64": ["_C", "_C_AVX10"], "other": ["_C"]})
+    assert wheel_libraries("0.34.0", "x86_64", {"0.34.0": row}) == ["_C", "_C_AVX10"]
+
+
+@pytest.mark.parametrize(
+    "value", [None, {"x86_64": ["_C"]}, {"x86_64": [], "other": ["_C"]}, {"x86_64": ["C"], "other": ["_C"]}]
+)
+def test_a_bad_cpu_libraries_row_is_named(value):
+    with pytest.raises(InvalidReleaseRowError) as err:
+        release_info("0.34.0", {"0.34.0": _row(cpu_libraries=value)})
+    assert "vllm_release_overrides['0.34.0'].cpu_libraries:" in str(err.value)
+    assert "fix: regenerate the row with `python tools/vllm_release_probe.py 0.34.0 --as-inventory" in str(err.value)
+
+
+def test_bad_wheel_libraries_input_is_named():
+    message = r"^arch: 5 is not an architecture name; fix: pass ansible_facts\.vllm_cpu\.arch$"
+    with pytest.raises(ValueError, match=message):
+        wheel_libraries("0.32.0", 5)
+    with pytest.raises(UnknownReleaseError, match=r"tools/vllm_release_probe\.py 0\.12\.0 --as-inventory"):
+        wheel_libraries("0.12.0", "x86_64")

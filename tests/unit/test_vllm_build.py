@@ -96,8 +96,8 @@ def test_wheel_names(name, ok):
 def test_manifest_sits_next_to_the_wheel_and_is_not_a_wheel():
     name = build.vllm_build_manifest_name("0.32.0")
     assert name == "vllm-0.32.0.json"
-    # roles/vllm_install globs vllm-<version>-*.whl and vllm-<version>+*.whl: the manifest matches neither.
-    assert not re.match(r"^vllm-0\.32\.0[-+].*\.whl$", name)
+    # roles/vllm_install selects the wheel with the same pattern: the manifest is never taken for it.
+    assert build.vllm_build_select_wheels([f"/store/{name}"], "0.32.0") == []
 
 
 def test_inputs_key_is_stable_and_sensitive():
@@ -128,6 +128,15 @@ def test_manifest_ok():
     assert not build.vllm_build_manifest_ok(manifest, "0" * 16, "ab" * 32)  # inputs changed
     assert not build.vllm_build_manifest_ok({**manifest, "format": 0}, key)
     assert not build.vllm_build_manifest_ok(None, key)
+    assert not build.vllm_build_manifest_ok({**manifest, "version": None}, key)
+    assert not build.vllm_build_manifest_ok({**manifest, "wheel": "vllm-0.33.0+cpu-cp38-abi3-linux_x86_64.whl"}, key)
+
+
+def test_a_bad_version_is_a_filter_error_naming_it():
+    with pytest.raises(AnsibleFilterError, match=r"^version: '' is not a vLLM version X\.Y\.Z; fix: "):
+        build.vllm_build_wheel_pattern("")
+    with pytest.raises(AnsibleFilterError, match=r"^paths: dict is not a list of file paths; fix: "):
+        build.vllm_build_select_wheels({}, "0.32.0")
 
 
 # ---- release table: build data -------------------------------------------
