@@ -1,0 +1,82 @@
+"""The day2 scenario after its steps (side_effect.yml): both hosts serve the reinstall with the
+rotated key only, closed to everything but the load balancer, and no step lost a request.
+The serving, security and hardening checks of one host are the serve scenario's."""
+
+import json
+import os
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import get_host
+
+testinfra_hosts = ["day2-vllm-1", "day2-vllm-2"]
+ONE_HOST = pytest.mark.testinfra_hosts("ansible://day2-vllm-1")
+
+API_KEY = "day2-key-b-rotated"
+OLD_API_KEY = "day2-key-a"
+LB_URL = "https://10.88.250.10:8080"
+CA_FILE = Path(__file__).resolve().parents[3] / ".cache/tls/ca.crt"
+EXPECTED_STEPS = ["1-key-rotation", "2-rotation-end-and-knobs", "3-drain-fails", "4-gate-fails",
+                  "5a-reinstall-host-lost", "5b-recovery"]
+
+
+def lb_status(path, key, body=None):
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(LB_URL + path, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=str(CA_FILE)), timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def direct_status(where, url, key, body):
+    script = (
+        "import json, sys, urllib.request, urllib.error\n"
+        "headers = {'Content-Type': 'application/json'}\n"
+        "req = urllib.request.Request(sys.argv[1], data=sys.argv[3].encode(), headers=headers)\n"
+        "if sys.argv[2]: req.add_header('Authorization', 'Bearer ' + sys.argv[2])\n"
+        "try:\n"
+        "    print(urllib.request.urlopen(req, timeout=60).status)\n"
+        "except urllib.error.HTTPError as e: print(e.code)\n"
+    )
+    return int(where.check_output("python3 -c %s %s %s %s", script, url, key, json.dumps(body)))
+
+
+@ONE_HOST
+def test_no_step_lost_a_request():
+    results = json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "day2" / "results.json").read_text())
+    for step in results:
+        print(f"{step['step']}: rc {step['rc']}, {step['sent']} sent, {step['answered']} answered, "
+              f"{step['failed']} failed in {step['seconds']} s")
+    assert [s["step"] for s in results] == EXPECTED_STEPS
+    assert all(s["sent"] >= 10 and s["failed"] == 0 and s["answered"] == s["sent"] for s in results), results
+
+
+@ONE_HOST
+def test_only_the_rotated_key_works_through_the_load_balancer():
+    body = {"model": "tiny-llama", "prompt": "Hello", "max_tokens": 2}
+    assert lb_status("/v1/completions", API_KEY, body) == 200
+    assert lb_status("/v1/completions", OLD_API_KEY, body) == 401
+
+
+def test_every_host_serves_the_reinstall_and_keeps_no_snapshot(host):
+    active = host.file("/opt/vllm/current").linked_to
+    assert active.startswith("/opt/vllm/0.32.0-") and "-r" in Path(active).name, active
+    assert host.service("vllm@vllm-0").is_running
+    assert not host.file("/etc/vllm/api-keys.yaml").exists
+    assert host.run("find /var/lib/vllm-rollout -type f").stdout.strip() == ""
+
+
+def test_the_load_balancer_host_needs_the_key_on_every_route(host, request):
+    lb = get_host("day2-lb", request)
+    own = host.interface("eth0").addresses[0]
+    body = {"model": "tiny-llama", "prompt": "Hello"}
+    for path in ("/tokenize", "/invocations", "/v1/completions"):
+        assert direct_status(lb, f"http://{own}:8000{path}", "", body) == 401, path
+        assert direct_status(lb, f"http://{own}:8000{path}", OLD_API_KEY, body) == 401, path
+    assert direct_status(lb, f"http://{own}:8000/tokenize", API_KEY, body) == 200
