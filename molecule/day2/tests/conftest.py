@@ -1,24 +1,14 @@
-"""Print the services' journals when a serve test fails."""
+"""The serve scenario's hooks, shared: print the services' journals when a test fails, and
+reach another molecule host (get_host)."""
 
-import pytest
-import testinfra
+import importlib.util
+from pathlib import Path
 
+_spec = importlib.util.spec_from_file_location(
+    "serve_conftest", Path(__file__).resolve().parents[2] / "serve" / "tests" / "conftest.py"
+)
+_serve = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_serve)
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if report.when != "call" or not report.failed:
-        return
-    host = item.funcargs.get("host")
-    if host is None:
-        return
-    for unit in ("vllm@*", "haproxy"):
-        journal = host.run(f"journalctl --no-pager -n 120 -u '{unit}'")
-        report.sections.append((f"journal of {unit} on {host.backend.hostname}", journal.stdout))
-
-
-def get_host(name, request):
-    """Another molecule host than the one under test, with the same backend settings."""
-    inventory = request.config.option.ansible_inventory
-    return testinfra.get_host(f"ansible://{name}?ansible_inventory={inventory}")
+pytest_runtest_makereport = _serve.pytest_runtest_makereport
+get_host = _serve.get_host
