@@ -19,6 +19,7 @@ import argparse
 import datetime
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -217,7 +218,7 @@ def main():
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     sizes = [int(n) for n in args.hosts.split(",")]
-    command = "python benchmarks/fleet_scale.py " + " ".join(sys.argv[1:])
+    command = "python benchmarks/fleet_scale.py " + shlex.join(sys.argv[1:])
     started = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()
     rows = measure(sizes, args.forks, args.keep)
