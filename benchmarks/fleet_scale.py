@@ -115,7 +115,7 @@ def playbooks(work):
     return [
         ("empty play", empty),
         ("ping play", ping),
-        (f"site.yml facts+plan ({site_plays} entries before toolchain)", site),
+        (f"site.yml facts+plan ({site_plays} {'entry' if site_plays == 1 else 'entries'} before toolchain)", site),
         ("playbooks/facts.yml", REPO / "playbooks" / "facts.yml"),
     ]
 
