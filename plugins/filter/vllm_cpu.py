@@ -33,8 +33,12 @@ def _split(options, overrides):
     return options, (overrides if overrides is not None else from_options) or {}
 
 
+def _host(options):
+    return (options.get("host") if isinstance(options, Mapping) else None) or "host"
+
+
 def vllm_cpu_plan(facts, options, overrides=None):
-    """The host's serving and build plan; fails listing every problem.
+    """The host's serving and build plan; fails listing every problem, so one call both checks and plans.
 
     ``overrides`` (or ``options.release_overrides``) is the inventory's vllm_release_overrides.
     """
@@ -42,21 +46,19 @@ def vllm_cpu_plan(facts, options, overrides=None):
     try:
         with release_overrides(overrides):
             return plan(facts, options)
-    except PlanError as err:
-        raise AnsibleFilterError(f"vllm_cpu_plan found {len(err.problems)} problem(s):\n{err}") from err
-    except InvalidReleaseRowError as err:
-        raise AnsibleFilterError(f"vllm_cpu_plan: {err}") from err
+    except (PlanError, InvalidReleaseRowError) as err:
+        problems = err.problems if isinstance(err, PlanError) else [f"{_host(options)}: {p}" for p in err.problems]
+        raise AnsibleFilterError(f"vllm_cpu_plan found {len(problems)} problem(s):\n" + "\n".join(problems)) from err
 
 
 def vllm_cpu_plan_check(facts, options, overrides=None):
     """Every problem with these facts and options, [] when the plan can be made."""
     options, overrides = _split(options, overrides)
-    host = (options.get("host") if isinstance(options, Mapping) else None) or "host"
     try:
         with release_overrides(overrides):
             return check(facts, options)
     except InvalidReleaseRowError as err:
-        return [f"{host}: {problem}" for problem in err.problems]
+        return [f"{_host(options)}: {problem}" for problem in err.problems]
 
 
 def vllm_release(version, overrides=None):

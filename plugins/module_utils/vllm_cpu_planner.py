@@ -397,6 +397,10 @@ def _plan(facts, options):
     if opts["numa"] == "single":
         facts = _single_node(facts)
     version = opts["vllm_version"]
+    if version is None:
+        fix = "set it in the inventory (group_vars/all), e.g. 0.32.0"
+        problems.add("vllm_version", "is not set", fix, prefixed=False)
+        return None, problems
     if not isinstance(version, (str, int, float)) or isinstance(version, bool) or len(str(version)) > 40:
         problems.add(
             "vllm_version",

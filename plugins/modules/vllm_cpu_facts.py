@@ -11,6 +11,9 @@ description:
   - Allowed CPUs are the online CPUs that both the process affinity (C(Cpus_allowed_list)) and the
     cgroup cpuset permit; O(root) lets a recorded machine tree stand in for C(/).
   - All parsing lives in C(module_utils/vllm_cpu_topology.py); this module only wraps it.
+  - Also returns the operating system facts the roles read, with the values C(setup) gives (its own
+    collectors for the C(distribution) and C(python) subsets, and C(architecture)), so plays that need
+    no other fact run without C(gather_facts), one module run per host.
 version_added: "0.1.0"
 options:
   root:
@@ -41,6 +44,7 @@ options:
     default: strict
 notes:
   - Supports check mode; the module never changes the host.
+  - The operating system facts always describe the host the module runs on, also with O(root).
   - Node memory is the node's C(MemTotal); only the host-wide RV(ansible_facts.vllm_cpu.memory_mib)
     is capped by the cgroup memory limit.
   - >-
@@ -74,6 +78,20 @@ ansible_facts:
   returned: always
   type: dict
   contains:
+    distribution:
+      description: >-
+        The distribution, as C(setup) reports it; with it every other fact of setup's C(distribution)
+        subset (C(distribution_version), C(distribution_major_version), C(distribution_release),
+        C(os_family), ...).
+      type: str
+      sample: Debian
+    architecture:
+      description: The machine's architecture, as C(setup) reports it.
+      type: str
+      sample: x86_64
+    python:
+      description: The module's Python (version, executable), as C(setup) reports it.
+      type: dict
     vllm_cpu:
       description: Hardware facts of the host.
       returned: always
@@ -159,7 +177,12 @@ ansible_facts:
 """
 
 # Ansible modules keep their imports below the documentation strings.
+import platform  # noqa: E402
+import re  # noqa: E402
+
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.facts.system.distribution import DistributionFactCollector  # noqa: E402
+from ansible.module_utils.facts.system.python import PythonFactCollector  # noqa: E402
 from ansible.module_utils.vllm_cpu_topology import NUMA_MODES, TopologyError, read_cpu_facts  # noqa: E402
 
 
@@ -180,7 +203,16 @@ def main():
     except (OSError, ValueError, MemoryError, RecursionError) as exc:
         # Not expected (TopologyError covers every file): still a message, not a traceback.
         module.fail_json(msg=f"cannot read CPU facts under {params['root']}: {type(exc).__name__}: {str(exc)[:300]}")
-    module.exit_json(changed=False, ansible_facts={"vllm_cpu": facts})
+    module.exit_json(changed=False, ansible_facts=dict(os_facts(module), vllm_cpu=facts))
+
+
+def os_facts(module):
+    """The facts of setup's distribution and python subsets, and its architecture (its rule on Linux)."""
+    facts = DistributionFactCollector().collect(module=module)
+    facts.update(PythonFactCollector().collect(module=module))
+    machine = platform.machine()
+    facts["architecture"] = "i386" if re.search(r"i([3456]86|86pc)", machine) else machine
+    return facts
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ BIN = Path(sys.executable).parent
 ENV = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
 
-def run_module(*args):
+def run_module(*args, module="vllm_cpu_facts"):
     proc = subprocess.run(
-        [str(BIN / "ansible"), "localhost", "-m", "vllm_cpu_facts", *args],
+        [str(BIN / "ansible"), "localhost", "-m", module, *args],
         cwd=REPO,
         env=ENV,
         capture_output=True,
@@ -47,6 +47,18 @@ def test_module_check_mode_on_this_host():
         # Running on the recorded machine: everything but hot-plugged memory must agree.
         for key in ("arch", "vendor", "isa", "isa_class", "sockets", "threads_per_core", "online_cpus", "cgroup"):
             assert facts[key] == recorded[key], key
+
+
+def test_module_os_facts_are_setups():
+    # The roles read these instead of running setup: they must be setup's own values.
+    _, _, ours = run_module()
+    _, status, theirs = run_module("-a", "gather_subset=!all,!min,distribution,python,platform", module="setup")
+    assert status == "SUCCESS"
+    os_facts = {key: value for key, value in ours["ansible_facts"].items() if key != "vllm_cpu"}
+    for key in ("distribution", "distribution_major_version", "distribution_version", "os_family", "architecture"):
+        assert key in os_facts, key
+    assert os_facts["python"]["executable"]
+    assert os_facts == {key: theirs["ansible_facts"]["ansible_" + key] for key in os_facts}
 
 
 def test_module_failure_names_the_path(tmp_path):

@@ -129,6 +129,7 @@ def test_max_jobs_string_sets_max_jobs():
         ({"mode": 5}, "mode", "is an integer"),
         ({"mode": ["dp"]}, "mode", "is a list"),
         ({"numa": "maybe"}, "numa", "strict, single"),
+        ({"vllm_version": None}, "vllm_version", "is not set; fix: set it in the inventory"),
         ({"vllm_version": 0.32}, "vllm_version", "not supported"),
         ({"vllm_version": "x" * 100000}, "vllm_version", "not supported"),
         # binds
