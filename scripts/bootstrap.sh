@@ -7,7 +7,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv="$repo/.venv"
 
 need_pkgs=()
-for pkg in podman runc debootstrap uidmap slirp4netns fuse-overlayfs; do
+for pkg in podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
 done
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_pkgs+=(python3-venv)
@@ -38,4 +38,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q -r "$repo/requirements.txt"
   echo "$want" > "$stamp"
+fi
+
+# The key Ansible logs in to the test containers with (Molecule mounts its
+# public half as root's authorized_keys); a test fleet's key, not a secret.
+key="$repo/.cache/ssh/id_ed25519"
+if [ ! -f "$key" ]; then
+  echo "bootstrap: making the test fleet's SSH key $key"
+  mkdir -p "$(dirname "$key")"
+  ssh-keygen -q -t ed25519 -N '' -C vllm-fleet-test -f "$key"
 fi
