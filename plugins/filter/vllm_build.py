@@ -12,7 +12,7 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in _amu.__path__:
     _amu.__path__.append(_MODULE_UTILS)
 
-from ansible.module_utils.vllm_cpu_wheel import select_wheels, wheel_pattern  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import select_wheels, wheel_pattern  # noqa: E402
 
 MANIFEST_FORMAT = 1
 

@@ -12,8 +12,8 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in _amu.__path__:
     _amu.__path__.append(_MODULE_UTILS)
 
-from ansible.module_utils.vllm_cpu_planner import PlanError, check, plan  # noqa: E402
-from ansible.module_utils.vllm_cpu_releases import (  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, check, plan  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (  # noqa: E402
     InvalidReleaseRowError,
     UnknownReleaseError,
     compiler_verdict,

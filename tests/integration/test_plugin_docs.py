@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import vllm_cpu_planner
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_planner
 from conftest import REPO
 
 BIN = Path(sys.executable).parent

@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parents[3]
 import ansible.module_utils as _amu  # noqa: E402
 
 _amu.__path__.append(str(REPO / "plugins" / "module_utils"))
-from ansible.module_utils.vllm_cpu_releases import release_info  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info  # noqa: E402
 
 FACT_FILE = "/etc/ansible/facts.d/vllm_toolchain.fact"
 
