@@ -8,7 +8,8 @@ import path. Idempotent: run it again after a rebase or merge brings in new shor
 What it rewrites, by line, never inside an already qualified name:
   YAML (site.yml, playbooks/, roles/, molecule/) and the playbooks embedded in tests/*.py:
     a task key naming one of plugins/modules/*.py;  `| <filter>` for each plugins/filter/*.yml;
-    `role: <role>`, and `name: <role>` right under include_role/import_role, for each roles/*;
+    `role: <role>`, `roles: [<role>, ...]`, and `name: <role>` right under include_role/import_role,
+    for each roles/*;
     in playbooks/, `import_playbook: <file>.yml` of a playbook the collection ships.
   Python (plugins/, tests/, molecule/, benchmarks/, tools/):
     `ansible.module_utils.<ours>` and `from ansible.module_utils import <ours>`.
@@ -47,12 +48,19 @@ MODULE_KEY = re.compile(rf"^(\s*(?:-\s+)?)({_alternatives(MODULES)}):(\s|$)")
 FILTER_USE = re.compile(rf"(\|\s*)({_alternatives(FILTERS)})(?![\w.])")
 ROLE_KEY = re.compile(rf"^(\s*(?:-\s+)?role:\s+)([\"']?)({_alternatives(ROLES)})\2(\s*(?:#.*)?)$")
 ROLE_NAME = re.compile(rf"^(\s*name:\s+)([\"']?)({_alternatives(ROLES)})\2(\s*(?:#.*)?)$")
+ROLE_LIST = re.compile(r"^(\s*(?:-\s+)?roles:\s*\[)([^\]]*)(\].*)$")
 ROLE_CALL = re.compile(r"^\s*(?:-\s+)?(?:ansible\.builtin\.)?(?:include|import)_role:\s*$")
 PLAYBOOK_IMPORT = re.compile(
     rf"^(\s*(?:-\s+)?(?:ansible\.builtin\.)?import_playbook:\s+)({_alternatives(SHIPPED_PLAYBOOKS)})\.yml(\s*)$"
 )
 PY_DOTTED = re.compile(rf"\bansible\.module_utils\.({_alternatives(MODULE_UTILS)})\b")
 PY_FROM = re.compile(rf"^(\s*)from ansible\.module_utils import ({_alternatives(MODULE_UTILS)})\b", re.M)
+
+
+def _qualify_role_list(match):
+    roles = [name.strip() for name in match.group(2).split(",")]
+    roles = [f"{PREFIX}.{name}" if name in ROLES else name for name in roles]
+    return match.group(1) + ", ".join(roles) + match.group(3)
 
 
 def rewrite_yaml_lines(text, *, in_playbooks=False):
@@ -62,6 +70,7 @@ def rewrite_yaml_lines(text, *, in_playbooks=False):
         new = MODULE_KEY.sub(rf"\g<1>{PREFIX}.\g<2>:\g<3>", line)
         new = FILTER_USE.sub(rf"\g<1>{PREFIX}.\g<2>", new)
         new = ROLE_KEY.sub(rf"\g<1>\g<2>{PREFIX}.\g<3>\g<2>\g<4>", new)
+        new = ROLE_LIST.sub(_qualify_role_list, new)
         if ROLE_CALL.match(previous):
             new = ROLE_NAME.sub(rf"\g<1>\g<2>{PREFIX}.\g<3>\g<2>\g<4>", new)
         if in_playbooks:

@@ -70,7 +70,7 @@ def test_gcc122_without_the_opt_in_stops_in_preflight(tmp_path):
             vllm_build_artifacts_dir: {str(artifacts)!r}
             vllm_build_work_root: {str(tmp_path / "work")!r}
             toolchain_facts: {{cc: /usr/bin/gcc-12, cxx: /usr/bin/g++-12, gcc_version: "12.2.0"}}
-          roles: [vllm_plan, vllm_build]
+          roles: [vllm.cpu_fleet.vllm_plan, vllm.cpu_fleet.vllm_build]
         """,
     )
     out = result.stdout
