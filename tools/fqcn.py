@@ -8,8 +8,8 @@ import path. Idempotent: run it again after a rebase or merge brings in new shor
 What it rewrites, by line, never inside an already qualified name:
   YAML (site.yml, playbooks/, roles/, molecule/) and the playbooks embedded in tests/*.py:
     a task key naming one of plugins/modules/*.py;  `| <filter>` for each plugins/filter/*.yml;
-    `role: <role>`, `roles: [<role>, ...]`, and `name: <role>` right under include_role/import_role,
-    for each roles/*;
+    `role: <role>`, `roles: [<role>, ...]`, `- <role>` under `roles:`, and `name: <role>` right
+    under include_role/import_role, for each roles/*;
     in playbooks/, `import_playbook: <file>.yml` of a playbook the collection ships.
   Python (plugins/, tests/, molecule/, benchmarks/, tools/):
     `ansible.module_utils.<ours>` and `from ansible.module_utils import <ours>`.
@@ -49,6 +49,8 @@ FILTER_USE = re.compile(rf"(\|\s*)({_alternatives(FILTERS)})(?![\w.])")
 ROLE_KEY = re.compile(rf"^(\s*(?:-\s+)?role:\s+)([\"']?)({_alternatives(ROLES)})\2(\s*(?:#.*)?)$")
 ROLE_NAME = re.compile(rf"^(\s*name:\s+)([\"']?)({_alternatives(ROLES)})\2(\s*(?:#.*)?)$")
 ROLE_LIST = re.compile(r"^(\s*(?:-\s+)?roles:\s*\[)([^\]]*)(\].*)$")
+ROLES_KEY = re.compile(r"^(\s*)(?:-\s+)?roles:\s*$")
+ROLE_ITEM = re.compile(rf"^(\s*-\s+)([\"']?)({_alternatives(ROLES)})\2(\s*(?:#.*)?)$")
 ROLE_CALL = re.compile(r"^\s*(?:-\s+)?(?:ansible\.builtin\.)?(?:include|import)_role:\s*$")
 PLAYBOOK_IMPORT = re.compile(
     rf"^(\s*(?:-\s+)?(?:ansible\.builtin\.)?import_playbook:\s+)({_alternatives(SHIPPED_PLAYBOOKS)})\.yml(\s*)$"
@@ -66,11 +68,19 @@ def _qualify_role_list(match):
 def rewrite_yaml_lines(text, *, in_playbooks=False):
     lines = text.splitlines(keepends=True)
     previous = ""
+    roles_indent = None  # indentation of the `roles:` key whose list is being read
     for index, line in enumerate(lines):
+        indent = len(line) - len(line.lstrip())
+        if roles_indent is not None and line.strip() and indent <= roles_indent and not line.lstrip().startswith("-"):
+            roles_indent = None
         new = MODULE_KEY.sub(rf"\g<1>{PREFIX}.\g<2>:\g<3>", line)
         new = FILTER_USE.sub(rf"\g<1>{PREFIX}.\g<2>", new)
         new = ROLE_KEY.sub(rf"\g<1>\g<2>{PREFIX}.\g<3>\g<2>\g<4>", new)
         new = ROLE_LIST.sub(_qualify_role_list, new)
+        if roles_indent is not None:
+            new = ROLE_ITEM.sub(rf"\g<1>\g<2>{PREFIX}.\g<3>\g<2>\g<4>", new)
+        if ROLES_KEY.match(line):
+            roles_indent = len(ROLES_KEY.match(line).group(1))
         if ROLE_CALL.match(previous):
             new = ROLE_NAME.sub(rf"\g<1>\g<2>{PREFIX}.\g<3>\g<2>\g<4>", new)
         if in_playbooks:
