@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# conftest puts plugins/module_utils on ansible.module_utils' path, also when run as a script.
+# conftest makes the collection importable, also when this file runs as a script.
 from conftest import MACHINE_NAMES, MACHINES, load_expected_facts
 
 VERSIONS = ("0.32.0", "0.13.0")
