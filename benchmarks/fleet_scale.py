@@ -84,7 +84,8 @@ def site_facts_and_plan(work):
     """site.yml's plays before the toolchain play (its imports are FQCNs): what runs before any change."""
     plays = []
     for play in yaml.safe_load((REPO / "playbooks" / "site.yml").read_text()):
-        if any((r.get("role") if isinstance(r, dict) else r) == "vllm.cpu_fleet.toolchain" for r in play.get("roles", [])):
+        roles = [r.get("role") if isinstance(r, dict) else r for r in play.get("roles", [])]
+        if "vllm.cpu_fleet.toolchain" in roles:
             break
         plays.append(play)
     path = work / "site_facts_and_plan.yml"
