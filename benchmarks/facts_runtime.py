@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 
 import ansible
-import ansible.module_utils
 
 REPO = Path(__file__).resolve().parents[1]
-ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
+sys.path.insert(0, str(REPO / "collections"))  # the collection, through the checkout's link
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "machines"))
 import expand  # noqa: E402
-from ansible.module_utils.vllm_cpu_topology import read_cpu_facts  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import read_cpu_facts  # noqa: E402
 
 LARGEST = "gnr-2s-snc3"
 HEADING = "## Fact module run time"

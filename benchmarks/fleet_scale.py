@@ -81,14 +81,12 @@ def inventory(n, work):
 
 
 def site_facts_and_plan(work):
-    """site.yml's plays before the toolchain play, imports made absolute: what runs before any change."""
+    """site.yml's plays before the toolchain play (its imports are FQCNs): what runs before any change."""
     plays = []
-    for play in yaml.safe_load((REPO / "site.yml").read_text()):
-        if any((r.get("role") if isinstance(r, dict) else r) == "toolchain" for r in play.get("roles", [])):
+    for play in yaml.safe_load((REPO / "playbooks" / "site.yml").read_text()):
+        roles = [r.get("role") if isinstance(r, dict) else r for r in play.get("roles", [])]
+        if "vllm.cpu_fleet.toolchain" in roles:
             break
-        imported = play.get("ansible.builtin.import_playbook")
-        if imported:
-            play = dict(play, **{"ansible.builtin.import_playbook": str(REPO / imported)})
         plays.append(play)
     path = work / "site_facts_and_plan.yml"
     path.write_text(yaml.safe_dump(plays, sort_keys=False))

@@ -2,13 +2,14 @@ import json
 import sys
 from pathlib import Path
 
-import ansible.module_utils
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Tests import module_utils as Ansible does: ansible.module_utils.<name>.
-ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
+# Tests import the collection's Python by the name Ansible gives it,
+# ansible_collections.vllm.cpu_fleet.plugins.<type>.<name>: collections/ holds the
+# link ansible_collections/vllm/cpu_fleet -> this checkout.
+sys.path.insert(0, str(REPO / "collections"))
 
 
 # ---- fact module fixtures (owner: hardware facts) -------------------------

@@ -2,17 +2,9 @@
 
 import hashlib
 import json
-from pathlib import Path
 
-import ansible.module_utils as _amu
 from ansible.errors import AnsibleFilterError
-
-# Controller-side plugins cannot import a collection-less repo's module_utils: put ours on the path.
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in _amu.__path__:
-    _amu.__path__.append(_MODULE_UTILS)
-
-from ansible.module_utils.vllm_cpu_wheel import select_wheels, wheel_pattern  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import select_wheels, wheel_pattern
 
 MANIFEST_FORMAT = 1
 

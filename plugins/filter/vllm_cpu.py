@@ -1,19 +1,11 @@
 """Thin Jinja2 filters over the vLLM CPU planner and release table."""
 
 from collections.abc import Mapping
-from pathlib import Path
 
-import ansible.module_utils as _amu
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-
-# Controller-side plugins cannot import a collection-less repo's module_utils: put ours on the path.
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in _amu.__path__:
-    _amu.__path__.append(_MODULE_UTILS)
-
-from ansible.module_utils.vllm_cpu_planner import PlanError, check, plan  # noqa: E402
-from ansible.module_utils.vllm_cpu_releases import (  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, check, plan
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
     InvalidReleaseRowError,
     UnknownReleaseError,
     compiler_verdict,

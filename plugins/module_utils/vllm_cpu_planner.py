@@ -15,8 +15,13 @@ thread at every barrier, never shares a core with it.
 import math
 import re
 
-from ansible.module_utils.vllm_cpu_cpulist import MAX_CPU_ID, format_cpulist, parse_cpulist, show
-from ansible.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import (
+    MAX_CPU_ID,
+    format_cpulist,
+    parse_cpulist,
+    show,
+)
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
     UnknownReleaseError,
     build_class,
     build_isa_env,

@@ -1,6 +1,6 @@
 """Derive a vLLM release's table row from its own source (sdist, tag tarball or directory).
 
-Plain Python, stdlib only. ``probe(source)`` reads the files a row depends on and
+Plain Python: the standard library and ansible-core's open_url. ``probe(source)`` reads the files a row depends on and
 returns ``(row, evidence)``: the row has the release table's keys
 (plugins/module_utils/vllm_cpu_releases.py), evidence maps each key to the
 ``path:line`` places it was read from. ``diff_rows`` lists every difference
@@ -15,8 +15,9 @@ import json
 import os
 import re
 import tarfile
-import urllib.request
 from pathlib import Path
+
+from ansible.module_utils.urls import open_url
 
 INDEX_JSON = "https://pypi.org/pypi/{name}/json"
 FILES_HOST = "https://files.pythonhosted.org/"
@@ -519,7 +520,7 @@ def cache_dir(explicit=None):
     return Path(explicit or os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
 
 
-def index_releases(name="vllm", opener=urllib.request.urlopen, timeout=60):
+def index_releases(name="vllm", opener=open_url, timeout=60):
     """{version: sdist {filename, url, sha256, size}} from the index's JSON API (None for wheel-only releases)."""
     with opener(INDEX_JSON.format(name=name), timeout=timeout) as response:
         data = json.load(response)
@@ -546,7 +547,7 @@ def release_range(releases, low, high):
     return sorted((v for v in final if key(low) <= key(v) <= key(high)), key=key)
 
 
-def fetch_sdist(version, sha256=None, cache=None, releases=None, opener=urllib.request.urlopen):
+def fetch_sdist(version, sha256=None, cache=None, releases=None, opener=open_url):
     """Path of vllm-<version>.tar.gz in the cache, downloaded once and checked by sha256.
 
     ``sha256`` defaults to the index's; a cached file with another digest is replaced.

@@ -10,7 +10,7 @@ import math
 import os
 import re
 
-from ansible.module_utils.vllm_cpu_cpulist import format_cpulist, parse_cpulist, show
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import format_cpulist, parse_cpulist, show
 
 ARCHES = ("x86_64", "aarch64", "s390x", "ppc64le")
 

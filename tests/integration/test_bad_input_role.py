@@ -41,7 +41,7 @@ def run(tmp_path, hosts, *extra):
             - hosts: all
               gather_facts: false
               roles:
-                - vllm_plan
+                - vllm.cpu_fleet.vllm_plan
               tasks:
                 - name: Keep the plan for the test
                   ansible.builtin.copy:

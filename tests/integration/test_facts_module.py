@@ -14,7 +14,7 @@ BIN = Path(sys.executable).parent
 ENV = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
 
-def run_module(*args, module="vllm_cpu_facts"):
+def run_module(*args, module="vllm.cpu_fleet.vllm_cpu_facts"):
     proc = subprocess.run(
         [str(BIN / "ansible"), "localhost", "-m", module, *args],
         cwd=REPO,
@@ -70,7 +70,12 @@ def test_module_failure_names_the_path(tmp_path):
 
 def test_ansible_doc_renders():
     proc = subprocess.run(
-        [str(BIN / "ansible-doc"), "vllm_cpu_facts"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120
+        [str(BIN / "ansible-doc"), "vllm.cpu_fleet.vllm_cpu_facts"],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "numa_nodes" in proc.stdout and "isa_class" in proc.stdout

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils import vllm_cpu_planner
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_planner
 from conftest import REPO
 
 BIN = Path(sys.executable).parent
+FQCN_PREFIX = "vllm.cpu_fleet."
 
 
 def _load(path):
@@ -34,14 +35,14 @@ MODULES = {path.stem: path for path in sorted(REPO.glob("plugins/modules/*.py"))
 def _ansible_doc(plugin_type, names):
     """{name: ansible-doc's JSON entry}; one call for all names, since each start costs seconds."""
     proc = subprocess.run(
-        [str(BIN / "ansible-doc"), "-t", plugin_type, "-j", *names],
+        [str(BIN / "ansible-doc"), "-t", plugin_type, "-j", *(FQCN_PREFIX + name for name in names)],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0 and "Missing documentation" not in proc.stderr, proc.stderr
-    return json.loads(proc.stdout)
+    return {fqcn.removeprefix(FQCN_PREFIX): entry for fqcn, entry in json.loads(proc.stdout).items()}
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from ansible.module_utils.vllm_cpu_releases import RELEASES, release_info
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, release_info
 from conftest import REPO
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
@@ -31,10 +31,10 @@ PLAY = """
   tasks:
     - name: Plan
       ansible.builtin.include_role:
-        name: vllm_plan
+        name: vllm.cpu_fleet.vllm_plan
     - name: Read the row through the filter
       ansible.builtin.set_fact:
-        release_seen: "{{ vllm_version | vllm_release(vllm_release_overrides | default({})) }}"
+        release_seen: "{{ vllm_version | vllm.cpu_fleet.vllm_release(vllm_release_overrides | default({})) }}"
     - name: Report
       ansible.builtin.copy:
         content: "{{ {'plan': vllm_plan, 'release': release_seen} | to_json }}"

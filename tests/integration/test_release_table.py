@@ -10,8 +10,8 @@ long that and the probes take.
 import sys
 
 import pytest
-from ansible.module_utils import vllm_cpu_release_probe as probe_lib
-from ansible.module_utils.vllm_cpu_releases import RELEASES, supported_versions
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_release_probe as probe_lib
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, supported_versions
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tools"))

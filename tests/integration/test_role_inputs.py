@@ -57,7 +57,7 @@ def run_role(tmp_path, role, role_vars):
               connection: local
               gather_facts: false
               roles:
-                - role: {role}
+                - role: vllm.cpu_fleet.{role}
                   vars: {role_vars!r}
             """
         )
@@ -92,7 +92,7 @@ def test_wrong_type_fails_before_any_task_naming_the_variable(tmp_path, role, va
 
 def test_vllm_plan_defaults_are_the_planners():
     """The role's knobs, left at their defaults, give the planner exactly its own defaults."""
-    from ansible.module_utils import vllm_cpu_planner
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_planner
 
     defaults = yaml.safe_load((REPO / "roles/vllm_plan/defaults/main.yml").read_text())
     knobs = {name.removeprefix("vllm_plan_"): value for name, value in defaults.items()}
@@ -116,7 +116,8 @@ def _tasks_from_calls():
             for key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role"):
                 call = node.get(key)
                 if isinstance(call, dict) and "tasks_from" in call:
-                    calls.append((path.relative_to(REPO).as_posix(), call["name"], call["tasks_from"]))
+                    role = call["name"].removeprefix("vllm.cpu_fleet.")
+                    calls.append((path.relative_to(REPO).as_posix(), role, call["tasks_from"]))
             for value in node.values():
                 walk(value, path)
         elif isinstance(node, list):

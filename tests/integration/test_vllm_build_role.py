@@ -35,7 +35,7 @@ def test_bad_input_is_refused_before_any_task(tmp_path, variable, value):
         - hosts: localhost
           gather_facts: false
           roles:
-            - role: vllm_build
+            - role: vllm.cpu_fleet.vllm_build
               vars: {{vllm_version: "0.32.0", {variable}: {value!r}}}
         """,
     )
@@ -50,7 +50,7 @@ def test_without_a_plan_the_role_names_the_fix(tmp_path):
         - hosts: localhost
           gather_facts: false
           roles:
-            - role: vllm_build
+            - role: vllm.cpu_fleet.vllm_build
               vars: {vllm_version: "0.32.0"}
         """,
     )
@@ -70,7 +70,7 @@ def test_gcc122_without_the_opt_in_stops_in_preflight(tmp_path):
             vllm_build_artifacts_dir: {str(artifacts)!r}
             vllm_build_work_root: {str(tmp_path / "work")!r}
             toolchain_facts: {{cc: /usr/bin/gcc-12, cxx: /usr/bin/g++-12, gcc_version: "12.2.0"}}
-          roles: [vllm_plan, vllm_build]
+          roles: [vllm.cpu_fleet.vllm_plan, vllm.cpu_fleet.vllm_build]
         """,
     )
     out = result.stdout
@@ -90,7 +90,7 @@ def run_patches(tmp_path, patches):
               gather_facts: false
               tasks:
                 - ansible.builtin.include_role:
-                    name: vllm_build
+                    name: vllm.cpu_fleet.vllm_build
                     tasks_from: patches
                   vars:
                     vllm_build_dir: {tmp_path / "work"}

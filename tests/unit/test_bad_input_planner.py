@@ -7,8 +7,8 @@ import re
 import time
 
 import pytest
-from ansible.module_utils.vllm_cpu_cpulist import parse_cpulist
-from ansible.module_utils.vllm_cpu_planner import PlanError, check, plan
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import parse_cpulist
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, check, plan
 from topologies import make_facts
 
 V32 = {"vllm_version": "0.32.0", "host": "h1"}

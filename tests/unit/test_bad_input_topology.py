@@ -4,8 +4,8 @@ option, and the parsers' refusal of non-ASCII numbers and unbounded CPU lists.""
 import time
 
 import pytest
-from ansible.module_utils.vllm_cpu_cpulist import MAX_CPU_ID, parse_cpulist
-from ansible.module_utils.vllm_cpu_topology import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import MAX_CPU_ID, parse_cpulist
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import (
     TopologyError,
     parse_cpu_max,
     parse_distance,

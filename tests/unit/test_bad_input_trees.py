@@ -7,7 +7,7 @@ import time
 
 import expand
 import pytest
-from ansible.module_utils.vllm_cpu_topology import TopologyError, read_cpu_facts
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import TopologyError, read_cpu_facts
 
 CORRUPT = expand.corrupt_names()
 

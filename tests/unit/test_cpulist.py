@@ -1,7 +1,7 @@
 from itertools import pairwise
 
 import pytest
-from ansible.module_utils.vllm_cpu_cpulist import format_cpulist, parse_cpulist
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import format_cpulist, parse_cpulist
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# conftest puts plugins/module_utils on ansible.module_utils' path, also when run as a script.
+# conftest makes the collection importable, also when this file runs as a script.
 from conftest import MACHINE_NAMES, MACHINES, load_expected_facts
 
 VERSIONS = ("0.32.0", "0.13.0")
 
 
 def plan(facts, options):
-    from ansible.module_utils.vllm_cpu_planner import plan as make_plan
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan as make_plan
 
     return make_plan(facts, options)
 

@@ -1,7 +1,7 @@
 """Invariants of every plan over random topologies (Hypothesis)."""
 
-from ansible.module_utils.vllm_cpu_cpulist import parse_cpulist
-from ansible.module_utils.vllm_cpu_planner import DEFAULTS, PlanError, check, plan
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import parse_cpulist
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import DEFAULTS, PlanError, check, plan
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from topologies import make_facts

@@ -10,8 +10,8 @@ import sys
 import tarfile
 
 import pytest
-from ansible.module_utils import vllm_cpu_release_probe as probe_lib
-from ansible.module_utils.vllm_cpu_releases import validate_row
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_release_probe as probe_lib
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import validate_row
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tools"))

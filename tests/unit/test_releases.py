@@ -7,8 +7,8 @@ here: the eras the table distinguishes, the row format, and vllm_release_overrid
 import copy
 
 import pytest
-from ansible.module_utils.vllm_cpu_planner import plan
-from ansible.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
     RELEASES,
     ROW_FORMAT,
     InvalidReleaseRowError,

@@ -1,7 +1,7 @@
 import shutil
 
 import pytest
-from ansible.module_utils.vllm_cpu_topology import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import (
     ISA_KEYS,
     TopologyError,
     detect_arch,

@@ -1,15 +1,14 @@
 """Verifies the toolchain role on the converged containers."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-import ansible.module_utils as _amu  # noqa: E402
-
-_amu.__path__.append(str(REPO / "plugins" / "module_utils"))
-from ansible.module_utils.vllm_cpu_releases import release_info  # noqa: E402
+sys.path.insert(0, str(REPO / "collections"))  # the collection, through the checkout's link
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info  # noqa: E402
 
 FACT_FILE = "/etc/ansible/facts.d/vllm_toolchain.fact"
 
