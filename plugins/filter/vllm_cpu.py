@@ -22,6 +22,7 @@ from ansible.module_utils.vllm_cpu_releases import (  # noqa: E402
     torch_pin,
     wheel_libraries,
 )
+from ansible.module_utils.vllm_cpu_serve import serve_command, systemd_exec_start  # noqa: E402
 
 
 def _split(options, overrides):
@@ -112,6 +113,15 @@ def vllm_wheel_libraries(vllm_version, arch, overrides=None):
         raise AnsibleFilterError(str(err)) from err
 
 
+def vllm_serve_command(vllm_version, distribution, venv, model, args=None, overrides=None, host=""):
+    """How an instance of vllm_version serves: {argv, exec_start} (exec_start quoted for a unit's ExecStart=)."""
+    try:
+        argv = serve_command(vllm_version, distribution, venv, model, [] if args is None else args, overrides or {})
+        return {"argv": argv, "exec_start": systemd_exec_start(argv)}
+    except ValueError as err:  # an unknown release, a bad override row, a bad input
+        raise AnsibleFilterError(f"{host}: {err}" if host else str(err)) from err
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -121,4 +131,5 @@ class FilterModule:
             "vllm_compiler_verdict": vllm_compiler_verdict,
             "vllm_torch_pin": vllm_torch_pin,
             "vllm_wheel_libraries": vllm_wheel_libraries,
+            "vllm_serve_command": vllm_serve_command,
         }
