@@ -24,7 +24,7 @@ from ansible.module_utils.vllm_cpu_releases import (
 )
 
 DEFAULTS = {
-    "vllm_version": None,  # required: a key of vllm_cpu_releases.RELEASES
+    "vllm_version": None,  # required: a release of vllm_cpu_releases.table(), overrides included
     "host": "",  # named in every message
     "variable_prefix": "",  # prepended to option names in messages (e.g. "vllm_cpu_")
     "mode": "auto",  # auto: DP (one instance per CPU node) when it fits, else TP
@@ -413,7 +413,8 @@ def _plan(facts, options):
         release = release_info(version)
     except UnknownReleaseError as err:
         # vllm_version is the fleet's own variable, not a planner knob: never prefixed.
-        problems.add("vllm_version", str(err), "set it to one of the supported versions", prefixed=False)
+        problems.add("vllm_version", str(err), "set it to one of the supported versions, or add the release's row "
+                     "to the inventory with the probe command above", prefixed=False)
         return None, problems
     _coerce_options(opts, problems)
     if problems:
