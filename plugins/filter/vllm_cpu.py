@@ -79,7 +79,16 @@ def _flag(value):
 
 
 def vllm_compiler_verdict(
-    gcc_version, vllm_version, isa, arch, accept_degraded=False, host="", overrides=None, accept_workaround=False
+    gcc_version,
+    vllm_version,
+    isa,
+    arch,
+    accept_degraded=False,
+    host="",
+    overrides=None,
+    accept_workaround=False,
+    distribution="",
+    compilers=None,
 ):
     """Whether gcc_version builds vllm_version here: {ok, severity, min_gcc, missing_isas, patches, message}."""
     try:
@@ -92,6 +101,8 @@ def vllm_compiler_verdict(
             host=host,
             overrides=overrides or {},
             accept_workaround=_flag(accept_workaround),
+            distribution=distribution or None,
+            compilers=compilers or {},
         )
     except ValueError as err:  # an unknown release, a bad override row, bad facts
         raise AnsibleFilterError(str(err)) from err

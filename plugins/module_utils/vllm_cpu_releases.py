@@ -345,7 +345,16 @@ def _gcc_minor(gcc_version):
 
 
 def compiler_verdict(
-    vllm_version, gcc_version, isa, arch, accept_degraded=False, host="", overrides=None, accept_workaround=False
+    vllm_version,
+    gcc_version,
+    isa,
+    arch,
+    accept_degraded=False,
+    host="",
+    overrides=None,
+    accept_workaround=False,
+    distribution=None,
+    compilers=None,
 ):
     """Decide whether gcc ``gcc_version`` can build ``vllm_version`` for this host.
 
@@ -354,7 +363,45 @@ def compiler_verdict(
     release refuses is accepted with the release's gcc_workarounds for it when
     ``accept_workaround`` (vllm_build_gcc122_workaround): severity "patched", and
     ``patches`` are what roles/vllm_build applies before compiling.
+
+    With ``distribution`` (the name of the host's roles/toolchain/vars file, e.g.
+    "Debian-12": the compiler is what that distribution installs) and ``compilers``
+    ({vars file name: gcc version} of every supported distribution), a refusal reads
+    ``host: vllm_version: ...; fix: ...`` and names the distributions that meet the minimum.
     """
+    verdict = _verdict(vllm_version, gcc_version, isa, arch, accept_degraded, host, overrides, accept_workaround)
+    if distribution and not verdict["ok"]:
+        verdict["message"] = _distribution_message(
+            table(overrides)[normalize_version(vllm_version, overrides)], verdict, gcc_version, arch, host,
+            distribution, compilers or {},
+        )  # fmt: skip
+    return verdict
+
+
+def _distribution_message(release, verdict, gcc_version, arch, host, distribution, compilers):
+    where = f"{host}: " if host else ""
+    if verdict["severity"] == "fatal":
+        why = "its cmake/cpu_extension.cmake stops with FATAL_ERROR below it"
+    else:
+        why = f"below it the build silently drops {', '.join(verdict['missing_isas'])}, which this host has"
+    able = [f"{name} (gcc {gcc})" for name, gcc in sorted(compilers.items())
+            if _version_tuple(gcc) >= _version_tuple(release["min_gcc"])]  # fmt: skip
+    fixes = [
+        f"build this class on a builder group host running {', '.join(able)}" if able
+        else "add a roles/toolchain/vars file for a distribution whose gcc meets it (none of the supported ones does)"
+    ]  # fmt: skip
+    if release["gcc_workarounds"].get(_gcc_minor(gcc_version)):
+        fixes.append("set vllm_build_gcc122_workaround: true (the release table's patches, see docs/build.md)")
+    if verdict["severity"] == "degraded":
+        fixes.append("set toolchain_accept_degraded_isa: true to accept the slower build")
+    return (
+        f"{where}vllm_version: vLLM {release['version']} needs gcc >= {release['min_gcc']} on {arch} ({why}), and "
+        f"{distribution} installs gcc {gcc_version} (roles/toolchain/vars/{distribution}.yml); "
+        f"fix: {', or '.join(fixes)}"
+    )
+
+
+def _verdict(vllm_version, gcc_version, isa, arch, accept_degraded, host, overrides, accept_workaround):
     if not isinstance(isa, dict):
         raise ValueError(f"isa: {type(isa).__name__} is not a dict of ISA flags; fix: pass ansible_facts.vllm_cpu.isa")
     for name, value in (("accept_degraded", accept_degraded), ("accept_workaround", accept_workaround)):
