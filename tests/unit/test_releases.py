@@ -5,6 +5,7 @@ here: the eras the table distinguishes, the row format, and vllm_release_overrid
 """
 
 import copy
+import re
 
 import pytest
 from ansible.module_utils.vllm_cpu_planner import plan
@@ -24,6 +25,7 @@ from ansible.module_utils.vllm_cpu_releases import (
     validate_row,
     wheel_libraries,
 )
+from conftest import REPO
 
 SPR_ISA = {"avx2": True, "avx512f": True, "avx512_bf16": True, "avx512_vnni": True, "amx_bf16": True}
 ICX_ISA = {"avx2": True, "avx512f": True, "avx512_vnni": True}
@@ -449,3 +451,28 @@ def test_bad_wheel_libraries_input_is_named():
         wheel_libraries("0.32.0", 5)
     with pytest.raises(UnknownReleaseError, match=r"tools/vllm_release_probe\.py 0\.12\.0 --as-inventory"):
         wheel_libraries("0.12.0", "x86_64")
+
+
+# ----------------------------------------------------------------- no key that no code reads
+
+
+def _code_outside_the_row_format():
+    """The text of every file that uses rows: plugins, roles, playbooks, scripts; the table module
+    without its row format and validation, and never the probe (which writes rows)."""
+    texts = []
+    for pattern in ("plugins/module_utils/*.py", "plugins/filter/*.py", "roles/**/*.yml", "roles/**/*.j2",
+                    "roles/**/*.py", "playbooks/*.yml", "scripts/*"):  # fmt: skip
+        for path in sorted(REPO.glob(pattern)):
+            if path.name == "vllm_cpu_release_probe.py":
+                continue
+            text = path.read_text()
+            if path.name == "vllm_cpu_releases.py":
+                text = text[: text.index("ROW_FORMAT = {")] + text[text.index("_ACTIVE_OVERRIDES = [None]") :]
+            texts.append(text)
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("key", sorted(ROW_FORMAT))
+def test_every_key_of_the_row_is_read_by_code(key):
+    code = _code_outside_the_row_format()
+    assert re.search(rf"""\[["']{key}["']\]|\.{key}\b""", code), f"no code reads the release table's {key}"
