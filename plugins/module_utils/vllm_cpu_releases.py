@@ -174,6 +174,7 @@ ROW_FORMAT = {
     else "64 lowercase hex digits or null",
     "torch_version": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+(\.\d+)?", v)
     else "a torch version such as 2.14.0 (without +cpu)",
+    "torch_plus_cpu_arches": lambda v: None if _str_list(v) else 'a list of machines such as ["aarch64", "x86_64"]',
     "python_versions": lambda v: None if v and _str_list(v) and all(re.fullmatch(r"3\.\d+", p) for p in v)
     else 'a list such as ["3.11", "3.12"]',
     "min_gcc": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+", v) else "major.minor, e.g. 12.3",
@@ -183,13 +184,12 @@ ROW_FORMAT = {
     "cpu_libraries": _check_cpu_libraries,
     "build_isa_env": _check_build_isa_env,
     "env_vars": _check_env_vars,
-    "has_sgl_kernel": lambda v: None if isinstance(v, bool) else "true or false",
     "build_requirements": lambda v: None if _is_str(v) else "a path inside the source, e.g. requirements/build/cpu.txt",
     "runtime_requirements": lambda v: None if _is_str(v) else "a path inside the source, e.g. requirements/cpu.txt",
-    "runtime_requirements_github_urls": lambda v: None if isinstance(v, list) and all(map(_is_str, v))
-    else "a list of strings",
     "serve_entrypoint": lambda v: None if v in _SERVE else " or ".join(_SERVE),
-    "preloads_tcmalloc": lambda v: None if isinstance(v, bool) else "true or false",
+    "serve_cli_distribution": lambda v: None if v is None or _is_str(v)
+    else "the distribution name vllm/entrypoints/cli/main.py looks up (vllm), or null",
+    "api_server_module": lambda v: None if isinstance(v, bool) else "true or false",
     "preloads_iomp": lambda v: None if isinstance(v, bool) else "true or false",
     "gcc_workarounds": _check_gcc_workarounds,
 }
@@ -215,8 +215,8 @@ def validate_row(version, row, where=OVERRIDES_VARIABLE):
                 problems.append(f"{name}.{key}: {row[key]!r} is not valid: expected {error}; {fix}")
     if isinstance(row.get("version"), str) and row["version"] != version:
         problems.append(f"{name}.version: {row['version']!r} differs from the key {version!r}; {fix}")
-    if not problems and row["has_sgl_kernel"] != ("VLLM_CPU_SGL_KERNEL" in row["env_vars"]):
-        problems.append(f"{name}.has_sgl_kernel: must be true exactly when env_vars has VLLM_CPU_SGL_KERNEL; {fix}")
+    if not problems and row["serve_entrypoint"] != "vllm serve" and not row["api_server_module"]:
+        problems.append(f"{name}.api_server_module: false, and serve_entrypoint is the module form; {fix}")
     return problems
 
 
@@ -318,16 +318,16 @@ def wheel_libraries(vllm_version, arch, overrides=None):
 
 
 def torch_pin(vllm_version, arch, overrides=None):
-    """The torch version a release builds and runs with on ``arch``: "2.13.0+cpu" on x86_64, else "2.13.0".
+    """The torch version a release builds and runs with on ``arch``, as its requirements/cpu.txt pins it.
 
-    The x86_64 wheels of PyTorch's CPU index carry the +cpu local version (the
-    default x86_64 wheel on PyPI is the CUDA build); the other architectures'
-    PyPI wheels are CPU builds already.
+    "2.13.0+cpu" (PyTorch's CPU index) on the machines of the release's +cpu pin
+    (torch_plus_cpu_arches: x86_64 and s390x, and aarch64 from 0.20.0), else "2.13.0"
+    (PyPI's torch, a CPU build on those machines).
     """
     if not _is_str(arch):
         raise ValueError(f"arch: {arch!r} is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch")
     release = table(overrides)[normalize_version(vllm_version, overrides)]
-    return release["torch_version"] + ("+cpu" if arch == "x86_64" else "")
+    return release["torch_version"] + ("+cpu" if arch in release["torch_plus_cpu_arches"] else "")
 
 
 def _version_tuple(text):
@@ -345,7 +345,16 @@ def _gcc_minor(gcc_version):
 
 
 def compiler_verdict(
-    vllm_version, gcc_version, isa, arch, accept_degraded=False, host="", overrides=None, accept_workaround=False
+    vllm_version,
+    gcc_version,
+    isa,
+    arch,
+    accept_degraded=False,
+    host="",
+    overrides=None,
+    accept_workaround=False,
+    distribution=None,
+    compilers=None,
 ):
     """Decide whether gcc ``gcc_version`` can build ``vllm_version`` for this host.
 
@@ -354,7 +363,45 @@ def compiler_verdict(
     release refuses is accepted with the release's gcc_workarounds for it when
     ``accept_workaround`` (vllm_build_gcc122_workaround): severity "patched", and
     ``patches`` are what roles/vllm_build applies before compiling.
+
+    With ``distribution`` (the name of the host's roles/toolchain/vars file, e.g.
+    "Debian-12": the compiler is what that distribution installs) and ``compilers``
+    ({vars file name: gcc version} of every supported distribution), a refusal reads
+    ``host: vllm_version: ...; fix: ...`` and names the distributions that meet the minimum.
     """
+    verdict = _verdict(vllm_version, gcc_version, isa, arch, accept_degraded, host, overrides, accept_workaround)
+    if distribution and not verdict["ok"]:
+        verdict["message"] = _distribution_message(
+            table(overrides)[normalize_version(vllm_version, overrides)], verdict, gcc_version, arch, host,
+            distribution, compilers or {},
+        )  # fmt: skip
+    return verdict
+
+
+def _distribution_message(release, verdict, gcc_version, arch, host, distribution, compilers):
+    where = f"{host}: " if host else ""
+    if verdict["severity"] == "fatal":
+        why = "its cmake/cpu_extension.cmake stops with FATAL_ERROR below it"
+    else:
+        why = f"below it the build silently drops {', '.join(verdict['missing_isas'])}, which this host has"
+    able = [f"{name} (gcc {gcc})" for name, gcc in sorted(compilers.items())
+            if _version_tuple(gcc) >= _version_tuple(release["min_gcc"])]  # fmt: skip
+    fixes = [
+        f"build this class on a builder group host running {', '.join(able)}" if able
+        else "add a roles/toolchain/vars file for a distribution whose gcc meets it (none of the supported ones does)"
+    ]  # fmt: skip
+    if release["gcc_workarounds"].get(_gcc_minor(gcc_version)):
+        fixes.append("set vllm_build_gcc122_workaround: true (the release table's patches, see docs/build.md)")
+    if verdict["severity"] == "degraded":
+        fixes.append("set toolchain_accept_degraded_isa: true to accept the slower build")
+    return (
+        f"{where}vllm_version: vLLM {release['version']} needs gcc >= {release['min_gcc']} on {arch} ({why}), and "
+        f"{distribution} installs gcc {gcc_version} (roles/toolchain/vars/{distribution}.yml); "
+        f"fix: {', or '.join(fixes)}"
+    )
+
+
+def _verdict(vllm_version, gcc_version, isa, arch, accept_degraded, host, overrides, accept_workaround):
     if not isinstance(isa, dict):
         raise ValueError(f"isa: {type(isa).__name__} is not a dict of ISA flags; fix: pass ansible_facts.vllm_cpu.isa")
     for name, value in (("accept_degraded", accept_degraded), ("accept_workaround", accept_workaround)):

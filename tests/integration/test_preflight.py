@@ -162,7 +162,9 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
         "tp-six": ({"vllm_plan_tp": 6}, ["vllm_plan_tp", "size 6 is not supported", "fix:"]),
         "old-gcc": (
             {"vllm_build_gcc122_workaround": False},
-            ["12.2", "12.3", "gcc"],
+            ["old-gcc: vllm_version: vLLM 0.32.0 needs gcc >= 12.3 on x86_64", "Debian-12 installs gcc 12.2.0",
+             "fix: build this class on a builder group host running", "Ubuntu-24 (gcc 13.2.0)",
+             "vllm_build_gcc122_workaround: true"],
         ),
         "lb-port": (
             {"loadbalancer_port": BASE_PORT},

@@ -10,6 +10,7 @@ the variable, the version and the key.
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import yaml
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, release_info
 from conftest import REPO
+from test_preflight import controller_inputs, failure_of, recap, run_preflight  # noqa: F401
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 MACHINE = "spr-2s-amx"
@@ -112,3 +114,82 @@ def test_an_unknown_release_names_the_probe(tmp_path, machine_root):
     assert result.returncode != 0
     out = result.stdout + result.stderr
     assert "vllm_version" in out and "tools/vllm_release_probe.py 0.35.0 --as-inventory" in out, out
+
+
+# ----------------------------------------------------------------- through preflight (what upgrade.yml runs first)
+
+# Filters that read the release table; each takes the inventory's overrides.
+RELEASE_FILTERS = ("vllm_release", "vllm_compiler_verdict", "vllm_torch_pin", "vllm_wheel_libraries",
+                   "vllm_cpu_plan_check", "vllm_serve_command")  # fmt: skip
+
+
+def test_upgrade_yml_runs_preflight_first():
+    plays = yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
+    assert plays[0] == {"name": "Preflight with the new version", "ansible.builtin.import_playbook": "preflight.yml"}
+
+
+def test_a_release_only_in_the_inventory_passes_preflight(tmp_path, machine_root, controller_inputs):  # noqa: F811
+    row = _row_034()
+    # Debian 12's gcc 12.2 (this controller) builds it only with the patches the operator lists for it,
+    # an optional key of an override row; without them the same run stops (the cross-check below).
+    patched = dict(row, gcc_workarounds=RELEASES["0.33.0"]["gcc_workarounds"])
+    hosts = {
+        "new-release": {"vllm_version": "0.34.0", "vllm_release_overrides": {"0.34.0": patched}},
+        "new-release-unpatched": {"vllm_version": "0.34.0", "vllm_release_overrides": {"0.34.0": row}},
+        "bad-row": {
+            "vllm_version": "0.34.0",
+            "vllm_release_overrides": {"0.34.0": dict(row, torch_plus_cpu_arches="x86_64")},
+        },
+        "unknown": {"vllm_version": "0.35.0", "vllm_release_overrides": {"0.34.0": patched}},
+    }
+    result = run_preflight(tmp_path, machine_root, controller_inputs, hosts)
+    output = result.stdout
+    assert result.returncode != 0
+    assert not failure_of(output, "new-release"), failure_of(output, "new-release")
+    assert all(stats["changed"] == 0 for stats in recap(output).values())
+    unpatched = failure_of(output, "new-release-unpatched")
+    assert "vLLM 0.34.0 needs gcc >= 12.3" in unpatched and "fix:" in unpatched, unpatched
+    bad = failure_of(output, "bad-row")
+    assert "vllm_release_overrides['0.34.0'].torch_plus_cpu_arches" in bad, bad
+    assert "tools/vllm_release_probe.py 0.34.0 --as-inventory" in bad
+    unknown = failure_of(output, "unknown")
+    assert "unknown: vllm_version: vLLM version '0.35.0' is not supported" in unknown, unknown
+    assert "supported versions: 0.13.0" in unknown and "0.34.0" in unknown
+    assert "tools/vllm_release_probe.py 0.35.0 --as-inventory" in unknown
+
+
+def _calls(text, name):
+    """The argument text of every `| name(...)` in ``text`` (to the matching parenthesis)."""
+    found = []
+    for match in re.finditer(r"\|\s*" + name + r"\(", text):
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+        found.append(text[match.end() : end - 1])
+    return found
+
+
+def test_roles_and_playbooks_read_the_table_only_through_the_overrides():
+    sources = [*REPO.glob("roles/**/*.yml"), *REPO.glob("roles/**/*.j2"), *REPO.glob("playbooks/*.yml")]
+    sources.append(REPO / "site.yml")
+    seen = 0
+    for path in sources:
+        text = path.read_text()
+        for name in RELEASE_FILTERS:
+            for arguments in _calls(text, name):
+                seen += 1
+                assert "vllm_release_overrides" in arguments, f"{path.relative_to(REPO)}: {name}({arguments})"
+        # The planner takes them inside its options (roles/vllm_plan/vars/main.yml's release_overrides).
+        for arguments in _calls(text, "vllm_cpu_plan"):
+            seen += 1
+            assert "vllm_release_overrides" in arguments or arguments.strip() == "vllm_plan_options", path
+    assert seen >= 15
+    plan_vars = (REPO / "roles/vllm_plan/vars/main.yml").read_text()
+    assert 'release_overrides: "{{ vllm_release_overrides | default({}) }}"' in plan_vars
+    # Nothing but the table module opens its rows.
+    for path in [*REPO.glob("plugins/**/*.py"), *REPO.glob("roles/**/*.py"), *REPO.glob("scripts/*")]:
+        if path.name in ("vllm_cpu_releases.py",):
+            continue
+        text = path.read_text()
+        assert "vllm_cpu_releases.json" not in text and "RELEASES" not in text, path

@@ -84,6 +84,9 @@ if _build_custom_ops():
     if _is_cuda():
         ext_modules.append(CMakeExtension(name="vllm._C_stable_libtorch"))
 """
+# As 0.32.0's requirements/cpu.txt:9-10 pin it (with single quotes, which pip accepts too).
+TORCH = ("torch==2.15.0+cpu; platform_machine == 'x86_64' or platform_machine == 'aarch64'\n"
+         "torch==2.15.0; platform_system == 'Darwin' or platform_machine == 'ppc64le'\n")  # fmt: skip
 FILES = {
     "setup.py": SETUP,
     "vllm/envs.py": ENVS,
@@ -92,9 +95,12 @@ FILES = {
     "vllm/utils/ompmultiprocessing.py": 'n = envs.VLLM_CPU_NUM_OF_RESERVED_CPU\nos.environ.get("VLLM_CPU_SIM", "0")\n',
     "vllm/entrypoints/cli/serve.py": "",
     "cmake/cpu_extension.cmake": CMAKE,
-    "requirements/build/cpu.txt": "cmake>=3.27\ntorch==2.15.0+cpu; platform_machine == 'x86_64'\n",
-    "requirements/cpu.txt": "-r common.txt\ntorch==2.15.0+cpu; platform_machine == 'x86_64'\n"
-    "triton @ https://github.com/triton-lang/triton-cpu/releases/download/v3.9.0/triton-3.9.0+cpu.whl ; x\n",
+    "requirements/build/cpu.txt": "cmake>=3.27\n" + TORCH,
+    "requirements/cpu.txt": "-r common.txt\n" + TORCH
+    + "triton @ https://github.com/triton-lang/triton-cpu/releases/download/v3.9.0/triton-3.9.0+cpu.whl ; x\n",
+    "vllm/entrypoints/cli/main.py": 'import importlib.metadata\nparser.add_argument(\n'
+    '    version=importlib.metadata.version("vllm"),\n)\n',
+    "vllm/entrypoints/openai/api_server.py": 'if __name__ == "__main__":\n    main()\n',
     "pyproject.toml": '[project]\nclassifiers = [\n    "Programming Language :: Python :: 3.12",\n'
     '    "Programming Language :: Python :: 3.13",\n]\nrequires-python = ">=3.12,<3.14"\n'
     '[project.scripts]\nvllm = "vllm.entrypoints.cli.main:main"\n',
@@ -122,9 +128,14 @@ def test_a_directory_gives_a_valid_row_with_places(tree):
     assert evidence["cpu_libraries"] == "setup.py:6"
     assert row["torch_version"] == "2.15.0" and row["min_cmake"] == "3.27"
     assert row["python_versions"] == ["3.12", "3.13"]
-    assert row["runtime_requirements_github_urls"] == ["triton (triton-cpu v3.9.0)"]
-    assert row["serve_entrypoint"] == "vllm serve"
-    assert row["preloads_tcmalloc"] and not row["preloads_iomp"]
+    assert row["torch_plus_cpu_arches"] == ["aarch64", "x86_64"]
+    assert evidence["torch_version"] == evidence["torch_plus_cpu_arches"] == "requirements/cpu.txt:2"
+    assert notes["runtime_requirements_github_urls"] == (["triton (triton-cpu v3.9.0)"], "requirements/cpu.txt:4")
+    assert row["serve_entrypoint"] == "vllm serve" and evidence["serve_entrypoint"] == "pyproject.toml:8"
+    assert row["serve_cli_distribution"] == "vllm"
+    assert evidence["serve_cli_distribution"] == "vllm/entrypoints/cli/main.py:3"
+    assert row["api_server_module"] and evidence["api_server_module"] == "vllm/entrypoints/openai/api_server.py:1"
+    assert notes["preloads_tcmalloc"] == (True, "vllm/platforms/cpu.py:3") and not row["preloads_iomp"]
     assert row["env_vars"] == {
         "VLLM_CPU_KVCACHE_SPACE": {"type": "int", "default": None, "unset": "gpu_memory_utilization"},
         "VLLM_CPU_NEW_KNOB": {"type": "bool", "default": "1"},
@@ -163,14 +174,44 @@ def test_a_tag_tarball_has_no_sdist_digest_and_is_named_by_its_file(tree, tmp_pa
 
 def test_differences_carry_both_places(tree):
     new, new_ev, _ = probe_lib.probe(tree)
-    (tree / "requirements/cpu.txt").write_text("torch==2.14.0+cpu\n")
-    (tree / "requirements/build/cpu.txt").write_text("cmake>=3.27\ntorch==2.14.0+cpu\n")
+    torch = 'torch==2.14.0+cpu; platform_machine == "x86_64"\ntorch==2.14.0; platform_machine == "aarch64"\n'
+    (tree / "requirements/cpu.txt").write_text(torch)
+    (tree / "requirements/build/cpu.txt").write_text("cmake>=3.27\n" + torch)
     old, old_ev, _ = probe_lib.probe(tree)
     assert probe_lib.diff_rows(old, new, old_ev, new_ev) == [
-        ("runtime_requirements_github_urls", [], ["triton (triton-cpu v3.9.0)"], "requirements/cpu.txt",
-         "requirements/cpu.txt:3"),
+        ("torch_plus_cpu_arches", ["x86_64"], ["aarch64", "x86_64"], "requirements/cpu.txt:1",
+         "requirements/cpu.txt:2"),
         ("torch_version", "2.14.0", "2.15.0", "requirements/cpu.txt:1", "requirements/cpu.txt:2"),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("runtime", "build", "words"),
+    [
+        ("torch==2.15.0+cpu\n", "torch==2.15.0+cpu\n", r"a \+cpu torch pin of unknown form"),
+        (TORCH, "cmake>=3.27\ntorch==2.15.0+cpu; platform_machine == 'x86_64'\n", "torch pins differ"),
+        (TORCH + "torch==2.16.0; platform_machine == 'riscv64'\n", TORCH, "torch 2.16.0 beside 2.15.0"),
+        ("-r common.txt\n", TORCH, "no torch== pin"),
+    ],
+)
+def test_torch_pins_of_an_unknown_form_stop_the_probe(tree, runtime, build, words):
+    (tree / "requirements/cpu.txt").write_text(runtime)
+    (tree / "requirements/build/cpu.txt").write_text("cmake>=3.27\n" + build)
+    with pytest.raises(probe_lib.ProbeError, match=words):
+        probe_lib.probe(tree)
+
+
+def test_serve_facts_come_from_the_cli_and_the_module(tree):
+    (tree / "vllm/entrypoints/cli/main.py").write_text("parser.add_argument(version=VERSION)\n")
+    row, evidence, _ = probe_lib.probe(tree)
+    assert row["serve_cli_distribution"] is None
+    assert evidence["serve_cli_distribution"] == "vllm/entrypoints/cli/main.py (no metadata lookup)"
+    (tree / "vllm/entrypoints/openai/api_server.py").write_text("# moved\n")
+    row, evidence, _ = probe_lib.probe(tree)
+    assert row["serve_entrypoint"] == "vllm serve" and not row["api_server_module"]
+    (tree / "vllm/entrypoints/cli/serve.py").unlink()
+    with pytest.raises(probe_lib.ProbeError, match="neither a vllm console script nor a runnable"):
+        probe_lib.probe(tree)
 
 
 def test_an_unreadable_fact_stops_the_probe(tree):
@@ -199,7 +240,7 @@ def test_early_release_semantics(tree):
     assert row["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "per_rank"
     assert row["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "half_of_ram_per_node"
     assert row["gcc_by_arch"]["x86_64"] == {"below_min": "degrade", "isas_dropped": ["avx512_bf16"]}
-    assert not row["universal_x86_wheel"] and not row["preloads_tcmalloc"]
+    assert not row["universal_x86_wheel"]
     assert row["build_isa_env"]["x86_64-amx"] == {"VLLM_CPU_AVX512BF16": "1"}
     assert row["build_isa_env"]["x86_64-avx2"] == {"VLLM_CPU_DISABLE_AVX512": "true"}
 

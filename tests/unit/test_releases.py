@@ -5,6 +5,7 @@ here: the eras the table distinguishes, the row format, and vllm_release_overrid
 """
 
 import copy
+import re
 
 import pytest
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
@@ -24,6 +25,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     validate_row,
     wheel_libraries,
 )
+from conftest import REPO
 
 SPR_ISA = {"avx2": True, "avx512f": True, "avx512_bf16": True, "avx512_vnni": True, "amx_bf16": True}
 ICX_ISA = {"avx2": True, "avx512f": True, "avx512_vnni": True}
@@ -33,6 +35,7 @@ ARM_ISA = {"asimd": True, "bf16": True, "i8mm": True}
 REMOVED_KEYS = {
     "auto_bind", "kvcache_unset", "cxx_standard", "onednn_version", "isas_dropped_below_min", "gcc_below_min",
     "reserved_cpus_scope", "sgl_kernels_automatic_with_amx", "tcmalloc_bundled_from_builder", "preloads_libgomp",
+    "has_sgl_kernel", "preloads_tcmalloc", "runtime_requirements_github_urls",
 }  # fmt: skip
 
 
@@ -77,8 +80,11 @@ def test_v0_13_facts():
     assert info["universal_x86_wheel"] is False
     assert info["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "per_rank"
     assert info["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "half_of_ram_per_node"
-    assert info["has_sgl_kernel"] and "VLLM_CPU_SGL_KERNEL" in info["env_vars"]
-    assert not info["preloads_tcmalloc"] and not info["preloads_iomp"]
+    assert "VLLM_CPU_SGL_KERNEL" in info["env_vars"]
+    assert not info["preloads_iomp"]
+    assert info["torch_plus_cpu_arches"] == ["s390x", "x86_64"]
+    assert info["serve_entrypoint"] == "vllm serve" and info["serve_cli_distribution"] == "vllm"
+    assert info["api_server_module"]
     assert info["build_requirements"] == "requirements/cpu-build.txt"
     assert info["python_versions"] == ["3.10", "3.11", "3.12", "3.13"]
     assert info["gcc_workarounds"] == {}
@@ -91,11 +97,12 @@ def test_v0_32_and_v0_33_facts(version, torch):
     assert info["gcc_by_arch"]["x86_64"] == {"below_min": "fatal", "isas_dropped": []}
     assert info["universal_x86_wheel"] is True
     assert info["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "total"
-    assert not info["has_sgl_kernel"] and "VLLM_CPU_SGL_KERNEL" not in info["env_vars"]
-    assert info["preloads_tcmalloc"] and not info["preloads_iomp"]
+    assert "VLLM_CPU_SGL_KERNEL" not in info["env_vars"]
+    assert not info["preloads_iomp"]
+    assert info["torch_plus_cpu_arches"] == ["aarch64", "s390x", "x86_64"]
+    assert info["serve_entrypoint"] == "vllm serve" and info["serve_cli_distribution"] == "vllm"
     assert info["build_requirements"] == "requirements/build/cpu.txt"
     assert info["runtime_requirements"] == "requirements/cpu.txt"
-    assert info["runtime_requirements_github_urls"] == ["triton (triton-cpu v3.8.0)"]
     assert "3.14" in info["python_versions"] and "3.10" not in info["python_versions"]
     assert [p["patch"] for p in info["gcc_workarounds"]["12.2"]] == [
         "gcc-12.2/01-x86-gcc-check-12.2.patch", "gcc-12.2/02-flash-mla-static-constexpr.patch",
@@ -110,15 +117,14 @@ def test_v0_32_and_v0_33_facts(version, torch):
         ("0.17.0", lambda r: r["universal_x86_wheel"]),
         ("0.17.0", lambda r: "_C_AVX2" in r["cpu_libraries"]["x86_64"]),
         ("0.18.0", lambda r: "_C_AVX512" in r["cpu_libraries"]["x86_64"]),
-        ("0.19.0", lambda r: r["preloads_tcmalloc"]),
         ("0.20.0", lambda r: r["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "total"),
         ("0.20.0", lambda r: r["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "gpu_memory_utilization"),
         ("0.20.0", lambda r: r["build_requirements"] == "requirements/build/cpu.txt"),
         ("0.20.0", lambda r: "3.14" in r["python_versions"]),
         ("0.20.0", lambda r: "VLLM_CPU_ATTN_SPLIT_KV" in r["env_vars"]),
+        ("0.20.0", lambda r: "aarch64" in r["torch_plus_cpu_arches"]),
         ("0.27.0", lambda r: "aarch64-bf16-i8mm" in r["build_isa_env"]),
-        ("0.28.0", lambda r: not r["has_sgl_kernel"]),
-        ("0.31.0", lambda r: r["runtime_requirements_github_urls"]),
+        ("0.28.0", lambda r: "VLLM_CPU_SGL_KERNEL" not in r["env_vars"]),
         ("0.32.0", lambda r: "3.10" not in r["python_versions"]),
     ],
 )
@@ -358,19 +364,32 @@ def test_bad_verdict_input_names_the_variable_and_the_fix(change, words):
 # ----------------------------------------------------------------- torch pin
 
 
+# requirements/cpu.txt pins torch twice with platform_machine markers: the CPU index's +cpu build on
+# x86_64 and s390x (and aarch64 from 0.20.0: 0.20.0 requirements/cpu.txt:10), PyPI's torch on the rest
+# (0.13.0 requirements/cpu.txt:7-8, 0.19.1 :9-10, 0.32.0 :9-10).
 @pytest.mark.parametrize(
-    ("version", "torch"),
-    [("0.13.0", "2.9.1"), ("0.17.0", "2.10.0"), ("0.20.0", "2.11.0"), ("0.27.0", "2.13.0"), ("0.32.0", "2.13.0"),
-     ("0.33.0", "2.14.0")],
+    ("version", "torch", "aarch64"),
+    [("0.13.0", "2.9.1", "2.9.1"), ("0.17.0", "2.10.0", "2.10.0"), ("0.19.1", "2.10.0", "2.10.0"),
+     ("0.20.0", "2.11.0", "2.11.0+cpu"), ("0.27.0", "2.13.0", "2.13.0+cpu"), ("0.32.0", "2.13.0", "2.13.0+cpu"),
+     ("0.33.0", "2.14.0", "2.14.0+cpu")],
 )  # fmt: skip
-def test_torch_pin_is_the_cpu_build_on_x86_only(version, torch):
+def test_torch_pin_per_arch_is_the_releases_own(version, torch, aarch64):
     assert torch_pin(version, "x86_64") == f"{torch}+cpu"
-    assert torch_pin(f"v{version}", "aarch64") == torch
-    assert torch_pin(version, "s390x") == torch
+    assert torch_pin(f"v{version}", "aarch64") == aarch64
+    assert torch_pin(version, "s390x") == f"{torch}+cpu"
+    assert torch_pin(version, "ppc64le") == torch
+
+
+def test_aarch64_gets_the_cpu_index_build_from_0_20_0_on():
+    plain = [v for v in RELEASES if "+cpu" not in torch_pin(v, "aarch64")]
+    assert plain == _before("0.20.0")
+    assert all(torch_pin(v, "x86_64").endswith("+cpu") for v in RELEASES)
 
 
 def test_torch_pin_of_an_override_release():
-    assert torch_pin("0.34.0", "x86_64", {"0.34.0": _row(torch_version="2.15.0")}) == "2.15.0+cpu"
+    overrides = {"0.34.0": _row(torch_version="2.15.0", torch_plus_cpu_arches=["x86_64"])}
+    assert torch_pin("0.34.0", "x86_64", overrides) == "2.15.0+cpu"
+    assert torch_pin("0.34.0", "aarch64", overrides) == "2.15.0"
 
 
 @pytest.mark.parametrize(
@@ -432,3 +451,28 @@ def test_bad_wheel_libraries_input_is_named():
         wheel_libraries("0.32.0", 5)
     with pytest.raises(UnknownReleaseError, match=r"tools/vllm_release_probe\.py 0\.12\.0 --as-inventory"):
         wheel_libraries("0.12.0", "x86_64")
+
+
+# ----------------------------------------------------------------- no key that no code reads
+
+
+def _code_outside_the_row_format():
+    """The text of every file that uses rows: plugins, roles, playbooks, scripts; the table module
+    without its row format and validation, and never the probe (which writes rows)."""
+    texts = []
+    for pattern in ("plugins/module_utils/*.py", "plugins/filter/*.py", "roles/**/*.yml", "roles/**/*.j2",
+                    "roles/**/*.py", "playbooks/*.yml", "scripts/*"):  # fmt: skip
+        for path in sorted(REPO.glob(pattern)):
+            if path.name == "vllm_cpu_release_probe.py":
+                continue
+            text = path.read_text()
+            if path.name == "vllm_cpu_releases.py":
+                text = text[: text.index("ROW_FORMAT = {")] + text[text.index("_ACTIVE_OVERRIDES = [None]") :]
+            texts.append(text)
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("key", sorted(ROW_FORMAT))
+def test_every_key_of_the_row_is_read_by_code(key):
+    code = _code_outside_the_row_format()
+    assert re.search(rf"""\[["']{key}["']\]|\.{key}\b""", code), f"no code reads the release table's {key}"
