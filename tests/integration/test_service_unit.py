@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.vllm_cpu_releases import RELEASES
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES
 from conftest import REPO
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
@@ -31,7 +31,7 @@ PLAY = """
   tasks:
     - name: Plan
       ansible.builtin.include_role:
-        name: vllm_plan
+        name: vllm.cpu_fleet.vllm_plan
     - name: Render the drop-ins
       ansible.builtin.template:
         src: {repo}/roles/vllm_service/templates/instance.conf.j2

@@ -8,7 +8,11 @@ file and stops before any change; this pins down which combinations it refuses a
 
 import pytest
 import yaml
-from ansible.module_utils.vllm_cpu_releases import RELEASES, _version_tuple, compiler_verdict
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+    RELEASES,
+    _version_tuple,
+    compiler_verdict,
+)
 from conftest import REPO
 
 VARS = sorted(p for p in (REPO / "roles/toolchain/vars").glob("*-*.yml"))

@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.vllm_cpu_releases import RELEASES, UnknownReleaseError
-from ansible.module_utils.vllm_cpu_serve import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, UnknownReleaseError
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import (
     MODULE,
     ServeCommandError,
     canonical_distribution,
