@@ -42,6 +42,17 @@ options:
     type: str
     choices: [strict, single]
     default: strict
+  cache_key:
+    description:
+      - The C(vllm_cpu_key) fact of an earlier run, from Ansible's fact cache.
+      - When the host's key (RV(ansible_facts.vllm_cpu_key)) still equals it, the module returns the key and the
+        operating system facts but no C(vllm_cpu), and the cached C(vllm_cpu) stays in use; otherwise it reads
+        and returns every fact.
+      - The key is a digest of the boot id, the online, possible and NUMA-node CPU lists, C(MemTotal), the process
+        affinity (C(Cpus_allowed_list)), the cgroup cpuset, memory and CPU limits, O(root), O(arch), O(numa) and
+        this module's parser code. Hardware, firmware (SNC, NPS) and kernel changes take a reboot and so a new
+        boot id; CPU hotplug, cpuset and limit changes show in the files themselves.
+    type: str
 notes:
   - Supports check mode; the module never changes the host.
   - The operating system facts always describe the host the module runs on, also with O(root).
@@ -73,11 +84,18 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+cached:
+  description: True when O(cache_key) matched and C(vllm_cpu) was not read again.
+  returned: always
+  type: bool
 ansible_facts:
   description: Facts added to the host.
   returned: always
   type: dict
   contains:
+    vllm_cpu_key:
+      description: The digest O(cache_key) is compared with; Ansible's fact cache keeps it beside C(vllm_cpu).
+      type: str
     distribution:
       description: >-
         The distribution, as C(setup) reports it; with it every other fact of setup's C(distribution)
@@ -183,7 +201,7 @@ import re  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector  # noqa: E402
 from ansible.module_utils.facts.system.python import PythonFactCollector  # noqa: E402
-from ansible.module_utils.vllm_cpu_topology import NUMA_MODES, TopologyError, read_cpu_facts  # noqa: E402
+from ansible.module_utils.vllm_cpu_topology import NUMA_MODES, TopologyError, facts_key, read_cpu_facts  # noqa: E402
 
 
 def main():
@@ -192,10 +210,16 @@ def main():
             "root": {"type": "path", "default": "/"},
             "arch": {"type": "str", "choices": ["x86_64", "aarch64", "s390x", "ppc64le"]},
             "numa": {"type": "str", "choices": list(NUMA_MODES), "default": "strict"},
+            "cache_key": {"type": "str", "no_log": False},
         },
         supports_check_mode=True,
     )
     params = module.params
+    # The key is taken before the facts: a change while they are read leaves an
+    # older key with them, so the next run reads again (never the reverse).
+    key = facts_key(params["root"], arch=params["arch"], numa=params["numa"])
+    if params["cache_key"] == key:
+        module.exit_json(changed=False, cached=True, ansible_facts=dict(os_facts(module), vllm_cpu_key=key))
     try:
         facts = read_cpu_facts(params["root"], arch=params["arch"], numa=params["numa"])
     except TopologyError as exc:
@@ -203,7 +227,8 @@ def main():
     except (OSError, ValueError, MemoryError, RecursionError) as exc:
         # Not expected (TopologyError covers every file): still a message, not a traceback.
         module.fail_json(msg=f"cannot read CPU facts under {params['root']}: {type(exc).__name__}: {str(exc)[:300]}")
-    module.exit_json(changed=False, ansible_facts=dict(os_facts(module), vllm_cpu=facts))
+    facts = dict(os_facts(module), vllm_cpu=facts, vllm_cpu_key=key)
+    module.exit_json(changed=False, cached=False, ansible_facts=facts)
 
 
 def os_facts(module):
