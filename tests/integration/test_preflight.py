@@ -204,7 +204,7 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
         assert message.startswith(host) or f"{host}:" in message, message
         for word in words:
             assert word in message, f"{host}: {word!r} missing from: {message}"
-    assert not failure_of(output, "good")
-    gate = failure_of(output, "localhost")
-    assert "nothing was changed" in gate
+    # The gate runs on a host that passed (the only one here): its one failure is the gate's.
+    gate = failure_of(output, "good")
+    assert gate.startswith("Preflight failed on ") and "nothing was changed" in gate, gate
     assert set(re.search(r"Preflight failed on (.*?) \(", gate).group(1).split(", ")) == set(cases)
