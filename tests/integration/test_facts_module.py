@@ -61,6 +61,19 @@ def test_module_os_facts_are_setups():
     assert os_facts == {key: theirs["ansible_facts"]["ansible_" + key] for key in os_facts}
 
 
+def test_module_returns_setups_network_and_systemd_facts_when_asked():
+    # Preflight reads them in the facts run instead of a second (setup) run per serving host.
+    _, _, ours = run_module("-a", "gather_subset=network,systemd")
+    _, status, theirs = run_module("-a", "gather_subset=!all,!min,network,systemd", module="setup")
+    assert status == "SUCCESS"
+    expected = {key.removeprefix("ansible_"): value for key, value in theirs["ansible_facts"].items()}
+    assert "all_ipv4_addresses" in expected
+    got = {key: ours["ansible_facts"].get(key) for key in expected}
+    # setup lists the interfaces in the order a set of them iterates, which varies between runs.
+    got["interfaces"], expected["interfaces"] = sorted(got["interfaces"]), sorted(expected["interfaces"])
+    assert got == expected
+
+
 def test_module_confirms_a_cached_key_without_reading_the_facts_again():
     _, _, first = run_module()
     key = first["ansible_facts"]["vllm_cpu_key"]
