@@ -8,9 +8,10 @@ trees (tests/fixtures/machines, through vllm_plan_facts_root), so the figures ar
 controller's: Ansible's per-host and per-task cost, module start-up, the planner. For each N it
 runs, one after the other: an empty play, a ping play, the facts-and-plan part of site.yml (its
 plays before the toolchain play: preflight, and the plan play where there is one) and
-playbooks/facts.yml, and reports wall time, the controller's CPU time (user + system of
-ansible-playbook and everything it waited for, from wait4) and the peak RSS of its largest
-process. Ratios to the ping play are the comparable figures on a shared machine.
+playbooks/facts.yml, then both again with Ansible's jsonfile fact cache (a cold run fills it, the
+timed warm runs confirm each host's cached facts by their key), and reports wall time, the
+controller's CPU time (user + system of ansible-playbook and everything it waited for, from
+wait4) and the peak RSS of its largest process. Ratios to the ping play are the comparable figures on a shared machine.
 --write replaces the "## Fleet scale" section of docs/benchmarks.md (the measured table is kept
 under --label, so a before and an after run sit side by side).
 """
@@ -110,15 +111,22 @@ def playbooks(work):
         )
     )
     site, site_plays = site_facts_and_plan(work)
+    site_name = f"site.yml facts+plan ({site_plays} {'entry' if site_plays == 1 else 'entries'} before toolchain)"
+    facts = REPO / "playbooks" / "facts.yml"
+    # (label, playbook, fact cache directory or None, whether the row is reported)
+    cache = work / "facts-cache"
     return [
-        ("empty play", empty),
-        ("ping play", ping),
-        (f"site.yml facts+plan ({site_plays} {'entry' if site_plays == 1 else 'entries'} before toolchain)", site),
-        ("playbooks/facts.yml", REPO / "playbooks" / "facts.yml"),
+        ("empty play", empty, None, True),
+        ("ping play", ping, None, True),
+        (site_name, site, None, True),
+        ("playbooks/facts.yml", facts, None, True),
+        ("facts.yml, filling the jsonfile fact cache", facts, cache, False),
+        (site_name.replace("site.yml", "site.yml, warm fact cache,"), site, cache, True),
+        ("playbooks/facts.yml, warm fact cache", facts, cache, True),
     ]
 
 
-def run(playbook, inventory_path, forks, work, log):
+def run(playbook, inventory_path, forks, work, log, cache=None):
     env = dict(
         os.environ,
         ANSIBLE_FORKS=str(forks),
@@ -126,6 +134,10 @@ def run(playbook, inventory_path, forks, work, log):
         ANSIBLE_RETRY_FILES_ENABLED="0",
         FLEET_REPORT_DIR=str(work / "reports"),
     )
+    if cache:
+        env.update(
+            ANSIBLE_CACHE_PLUGIN="jsonfile", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(cache), ANSIBLE_GATHERING="implicit"
+        )
     start = time.monotonic()
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.Popen(
@@ -145,11 +157,13 @@ def measure(sizes, forks, keep):
         try:
             inventory_path = work / "inventory.yml"
             inventory_path.write_text(yaml.safe_dump(inventory(n, work)))
-            for what, playbook in playbooks(work):
-                log = work / (Path(playbook).stem + ".log")
-                result = run(playbook, inventory_path, forks, work, log)
+            for index, (what, playbook, cache, reported) in enumerate(playbooks(work)):
+                log = work / f"{index}-{Path(playbook).stem}.log"
+                result = run(playbook, inventory_path, forks, work, log, cache)
                 if result["rc"]:
                     sys.exit(f"{what} at {n} hosts failed (rc {result['rc']}):\n{log.read_text()[-4000:]}")
+                if not reported:
+                    continue
                 rows.append(dict(result, n=n, what=what))
                 print(
                     f"{n} hosts, {what}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU, "

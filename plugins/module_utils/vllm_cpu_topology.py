@@ -6,9 +6,13 @@ contents as strings; ``read_cpu_facts`` does all file access, strictly under
 ``root`` so a recorded machine tree can stand in for ``/``.
 """
 
+import hashlib
+import inspect
+import json
 import math
 import os
 import re
+import sys
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import format_cpulist, parse_cpulist, show
 
@@ -57,6 +61,7 @@ MAX_NODE_ID = 4095
 NUMA_MODES = ("strict", "single")
 NUMA_FIX = "set numa: single (role vllm_plan: vllm_plan_numa: single) to plan the machine as one NUMA node"
 
+_NODE_DIR = re.compile(r"node[0-9]+\Z")
 _ASCII_UINT = re.compile(r"[0-9]+\Z")
 _ASCII_INT = re.compile(r"-?[0-9]+\Z")
 # Longest number accepted from a file: 19 digits hold every 64-bit value.
@@ -574,6 +579,75 @@ def _node(node, node_cpus, allowed, cores, memory_mib, distance):
         "memory_mib": memory_mib,
         "distance": distance,
     }
+
+
+# What read_cpu_facts' result depends on that can change without a reboot, read
+# whole (small files) or by the one line holding a word (files that change every
+# second); facts_key adds each NUMA node's MemTotal line. Every
+# other file it reads (cpuinfo, per-CPU topology, node distances) only changes
+# with the hardware, the firmware's NUMA setting or the kernel, which all take
+# a reboot, and so a new boot_id.
+KEY_FILES = (
+    ("proc/sys/kernel/random/boot_id", None),
+    ("sys/devices/system/cpu/possible", None),
+    ("sys/devices/system/cpu/online", None),
+    ("sys/devices/system/node/online", None),
+    ("sys/devices/system/node/has_memory", None),
+    ("proc/meminfo", "MemTotal:"),
+    ("proc/self/status", "Cpus_allowed_list:"),
+    ("sys/fs/cgroup/cgroup.controllers", None),
+    ("sys/fs/cgroup/cpuset.cpus.effective", None),
+    ("sys/fs/cgroup/memory.max", None),
+    ("sys/fs/cgroup/cpu.max", None),
+    ("sys/fs/cgroup/cpuset/cpuset.effective_cpus", None),
+    ("sys/fs/cgroup/cpuset/cpuset.cpus", None),
+    ("sys/fs/cgroup/memory/memory.limit_in_bytes", None),
+    ("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", None),
+    ("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", None),
+    ("sys/fs/cgroup/cpu/cpu.cfs_quota_us", None),
+    ("sys/fs/cgroup/cpu/cpu.cfs_period_us", None),
+)
+
+
+def _source_digest():
+    """The parser's source (this file and the cpulist helpers): a changed parser must not reuse old facts."""
+    digest = hashlib.sha256()
+    for name in (__name__, parse_cpulist.__module__):
+        try:
+            digest.update(inspect.getsource(sys.modules[name]).encode("utf-8"))
+        except (OSError, TypeError):
+            digest.update(b"unknown")  # no source to read: the key still changes with every input above
+    return digest.hexdigest()
+
+
+_SOURCE_DIGEST = _source_digest()
+
+
+def facts_key(root="/", arch=None, numa="strict"):
+    """A digest that changes whenever read_cpu_facts(root, arch, numa) could return something else.
+
+    Reads a few small files (KEY_FILES) instead of the ~1,500 of a large machine, so a
+    host whose facts are cached can be checked in the same module run that would read them.
+    Unreadable or missing files count as such: they never raise.
+    """
+    try:
+        nodes = sorted(n for n in os.listdir(os.path.join(root, "sys/devices/system/node")) if _NODE_DIR.match(n))
+    except OSError:
+        nodes = []
+    # A node's memory can change by hotplug (a VM's virtio-mem) without a reboot.
+    node_files = tuple((f"sys/devices/system/node/{n}/meminfo", "MemTotal:") for n in nodes)
+    parts = [_SOURCE_DIGEST, os.path.normpath(str(root)), arch, numa]
+    for rel, line_word in KEY_FILES + node_files:
+        try:
+            with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as handle:
+                text = handle.read(MAX_FILE_CHARS)
+        except OSError as exc:
+            parts.append(f"{rel}: {type(exc).__name__}")
+            continue
+        if line_word is not None:
+            text = next((line for line in text.splitlines() if line_word in line), "")
+        parts.append(f"{rel}: {text.strip()}")
+    return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()
 
 
 class _Reader:

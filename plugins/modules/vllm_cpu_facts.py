@@ -42,6 +42,27 @@ options:
     type: str
     choices: [strict, single]
     default: strict
+  gather_subset:
+    description:
+      - Subsets of C(setup) to return as well, collected by setup's own collectors in this module run (what
+        C(setup) with C(gather_subset=!all,!min,<these>) returns, without the C(ansible_) prefix), so a host
+        that needs them costs no second module run.
+      - Always collected afresh, also when O(cache_key) matches.
+    type: list
+    elements: str
+    choices: [network, systemd]
+    default: []
+  cache_key:
+    description:
+      - The C(vllm_cpu_key) fact of an earlier run, from Ansible's fact cache.
+      - When the host's key (RV(ansible_facts.vllm_cpu_key)) still equals it, the module returns the key and the
+        operating system facts but no C(vllm_cpu), and the cached C(vllm_cpu) stays in use; otherwise it reads
+        and returns every fact.
+      - The key is a digest of the boot id, the online, possible and NUMA-node CPU lists, C(MemTotal), the process
+        affinity (C(Cpus_allowed_list)), the cgroup cpuset, memory and CPU limits, O(root), O(arch), O(numa) and
+        this module's parser code. Hardware, firmware (SNC, NPS) and kernel changes take a reboot and so a new
+        boot id; CPU hotplug, cpuset and limit changes show in the files themselves.
+    type: str
 notes:
   - Supports check mode; the module never changes the host.
   - The operating system facts always describe the host the module runs on, also with O(root).
@@ -73,11 +94,24 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+cached:
+  description: True when O(cache_key) matched and C(vllm_cpu) was not read again.
+  returned: always
+  type: bool
 ansible_facts:
   description: Facts added to the host.
   returned: always
   type: dict
   contains:
+    vllm_cpu_key:
+      description: The digest O(cache_key) is compared with; Ansible's fact cache keeps it beside C(vllm_cpu).
+      type: str
+    all_ipv4_addresses:
+      description: >-
+        With O(gather_subset=network), every fact of setup's C(network) subset (C(default_ipv4), C(interfaces), ...,
+        and the C(platform) facts it depends on); with O(gather_subset=systemd), C(systemd). As C(setup) reports them.
+      returned: when O(gather_subset) names network
+      type: list
     distribution:
       description: >-
         The distribution, as C(setup) reports it; with it every other fact of setup's C(distribution)
@@ -181,13 +215,10 @@ import platform  # noqa: E402
 import re  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.facts import ansible_collector, default_collectors  # noqa: E402
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector  # noqa: E402
 from ansible.module_utils.facts.system.python import PythonFactCollector  # noqa: E402
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import (  # noqa: E402
-    NUMA_MODES,
-    TopologyError,
-    read_cpu_facts,
-)
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import NUMA_MODES, TopologyError, facts_key, read_cpu_facts  # noqa: E402
 
 
 def main():
@@ -196,10 +227,18 @@ def main():
             "root": {"type": "path", "default": "/"},
             "arch": {"type": "str", "choices": ["x86_64", "aarch64", "s390x", "ppc64le"]},
             "numa": {"type": "str", "choices": list(NUMA_MODES), "default": "strict"},
+            "gather_subset": {"type": "list", "elements": "str", "choices": ["network", "systemd"], "default": []},
+            "cache_key": {"type": "str", "no_log": False},
         },
         supports_check_mode=True,
     )
     params = module.params
+    # The key is taken before the facts: a change while they are read leaves an
+    # older key with them, so the next run reads again (never the reverse).
+    key = facts_key(params["root"], arch=params["arch"], numa=params["numa"])
+    live = dict(os_facts(module), **setup_facts(module, params["gather_subset"]))
+    if params["cache_key"] == key:
+        module.exit_json(changed=False, cached=True, ansible_facts=dict(live, vllm_cpu_key=key))
     try:
         facts = read_cpu_facts(params["root"], arch=params["arch"], numa=params["numa"])
     except TopologyError as exc:
@@ -207,7 +246,8 @@ def main():
     except (OSError, ValueError, MemoryError, RecursionError) as exc:
         # Not expected (TopologyError covers every file): still a message, not a traceback.
         module.fail_json(msg=f"cannot read CPU facts under {params['root']}: {type(exc).__name__}: {str(exc)[:300]}")
-    module.exit_json(changed=False, ansible_facts=dict(os_facts(module), vllm_cpu=facts))
+    facts = dict(live, vllm_cpu=facts, vllm_cpu_key=key)
+    module.exit_json(changed=False, cached=False, ansible_facts=facts)
 
 
 def os_facts(module):
@@ -217,6 +257,19 @@ def os_facts(module):
     machine = platform.machine()
     facts["architecture"] = "i386" if re.search(r"i([3456]86|86pc)", machine) else machine
     return facts
+
+
+def setup_facts(module, subsets):
+    """What setup returns for gather_subset=!all,!min,<subsets>, unprefixed; {} for none."""
+    if not subsets:
+        return {}
+    collector = ansible_collector.get_ansible_collector(
+        all_collector_classes=default_collectors.collectors,
+        gather_subset=["!all", "!min", *subsets],
+        gather_timeout=10,
+        minimal_gather_subset=frozenset(),
+    )
+    return collector.collect(module=module)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,35 @@ def test_module_os_facts_are_setups():
     _, _, ours = run_module()
     _, status, theirs = run_module("-a", "gather_subset=!all,!min,distribution,python,platform", module="setup")
     assert status == "SUCCESS"
-    os_facts = {key: value for key, value in ours["ansible_facts"].items() if key != "vllm_cpu"}
+    os_facts = {key: value for key, value in ours["ansible_facts"].items() if key not in ("vllm_cpu", "vllm_cpu_key")}
     for key in ("distribution", "distribution_major_version", "distribution_version", "os_family", "architecture"):
         assert key in os_facts, key
     assert os_facts["python"]["executable"]
     assert os_facts == {key: theirs["ansible_facts"]["ansible_" + key] for key in os_facts}
+
+
+def test_module_returns_setups_network_and_systemd_facts_when_asked():
+    # Preflight reads them in the facts run instead of a second (setup) run per serving host.
+    _, _, ours = run_module("-a", "gather_subset=network,systemd")
+    _, status, theirs = run_module("-a", "gather_subset=!all,!min,network,systemd", module="setup")
+    assert status == "SUCCESS"
+    expected = {key.removeprefix("ansible_"): value for key, value in theirs["ansible_facts"].items()}
+    assert "all_ipv4_addresses" in expected
+    got = {key: ours["ansible_facts"].get(key) for key in expected}
+    # setup lists the interfaces in the order a set of them iterates, which varies between runs.
+    got["interfaces"], expected["interfaces"] = sorted(got["interfaces"]), sorted(expected["interfaces"])
+    assert got == expected
+
+
+def test_module_confirms_a_cached_key_without_reading_the_facts_again():
+    _, _, first = run_module()
+    key = first["ansible_facts"]["vllm_cpu_key"]
+    assert first["cached"] is False
+    rc, status, again = run_module("-a", f"cache_key={key}")
+    assert (rc, status, again["cached"]) == (0, "SUCCESS", True)
+    assert again["ansible_facts"]["vllm_cpu_key"] == key and "vllm_cpu" not in again["ansible_facts"]
+    _, _, other = run_module("-a", "cache_key=stale")
+    assert other["cached"] is False and other["ansible_facts"]["vllm_cpu"] == first["ansible_facts"]["vllm_cpu"]
 
 
 def test_module_failure_names_the_path(tmp_path):
