@@ -53,7 +53,7 @@ def fleet(tmp_path, machine_root):
                     "name": "Plan every host and write its plan",
                     "hosts": "vllm_hosts",
                     "gather_facts": False,
-                    "roles": ["vllm_plan"],
+                    "roles": ["vllm.cpu_fleet.vllm_plan"],
                     "tasks": [
                         {
                             "name": "Write the plan",
