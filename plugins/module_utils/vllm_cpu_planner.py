@@ -418,8 +418,7 @@ def _plan(facts, options):
         release = release_info(version)
     except UnknownReleaseError as err:
         # vllm_version is the fleet's own variable, not a planner knob: never prefixed.
-        problems.add("vllm_version", str(err), "set it to one of the supported versions, or add the release's row "
-                     "to the inventory with the probe command above", prefixed=False)
+        problems.add("vllm_version", str(err), "set it to one of those, or add its row with the probe", prefixed=False)
         return None, problems
     _coerce_options(opts, problems)
     if problems:

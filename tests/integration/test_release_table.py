@@ -59,9 +59,12 @@ def test_row_equals_the_source(version, probed):
     assert probe_lib.diff_rows(stored, row, skip=()) == []
     assert row == stored
     # Every fact has a place in the source a reviewer can open.
-    for key in ("torch_version", "python_versions", "min_gcc", "min_cmake", "universal_x86_wheel", "cpu_libraries",
-                "preloads_tcmalloc", "build_isa_env", "serve_entrypoint"):  # fmt: skip
+    for key in ("torch_version", "torch_plus_cpu_arches", "python_versions", "min_gcc", "min_cmake",
+                "universal_x86_wheel", "cpu_libraries", "preloads_iomp", "build_isa_env", "serve_entrypoint",
+                "serve_cli_distribution", "api_server_module"):  # fmt: skip
         assert evidence[key], key
+    for key in ("torch_plus_cpu_arches", "serve_entrypoint", "serve_cli_distribution", "api_server_module"):
+        assert ":" in evidence[key], (key, evidence[key])
     for name in row["env_vars"]:
         assert ":" in evidence[f"env_vars.{name}"], name
 
