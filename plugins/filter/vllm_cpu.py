@@ -14,7 +14,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     torch_pin,
     wheel_libraries,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command, systemd_exec_start  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command, systemd_exec_start
 
 
 def _split(options, overrides):

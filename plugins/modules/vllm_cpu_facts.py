@@ -218,7 +218,12 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.facts import ansible_collector, default_collectors  # noqa: E402
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector  # noqa: E402
 from ansible.module_utils.facts.system.python import PythonFactCollector  # noqa: E402
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import NUMA_MODES, TopologyError, facts_key, read_cpu_facts  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import (  # noqa: E402
+    NUMA_MODES,
+    TopologyError,
+    facts_key,
+    read_cpu_facts,
+)
 
 
 def main():
