@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import get_host
 
-testinfra_hosts = ["serve-vllm"]
+testinfra_hosts = ["ansible://vllm_hosts"]
 
-API_KEY = "serve-scenario-key"
 MODEL = "tiny-llama"
 LB_PORT = 8080
 PROJECT = Path(__file__).resolve().parents[3]
@@ -39,6 +38,13 @@ def parse_cpulist(text):
 
 
 @pytest.fixture(scope="module")
+def api_key(request):
+    """The key the fleet serves with now: the inventory's, or the rotated one after the day-2 steps."""
+    secrets = get_host("serve-vllm-1", request).file("/etc/vllm/secrets.env").content_string
+    return json.loads(re.search(r"^VLLM_API_KEY=(.*)$", secrets, re.M).group(1))
+
+
+@pytest.fixture(scope="module")
 def plan(host):
     return json.loads(host.file("/etc/vllm/plan.json").content_string)
 
@@ -52,7 +58,7 @@ def vllm_pids(host):
     return [int(p) for p in host.check_output(f"pgrep -u {uid}").split()]
 
 
-def http(host, url, body=None, key=API_KEY):
+def http(host, url, body=None, key=""):
     """(status, parsed JSON or text) of a request made from inside ``host``."""
     script = (
         "import json, sys, urllib.request, urllib.error\n"
@@ -78,7 +84,7 @@ def listen_address(host, instance):
     return re.search(r"--host (\S+)", conf).group(1)
 
 
-def completion(host, base_url, key=API_KEY):
+def completion(host, base_url, key):
     request = {"model": MODEL, "prompt": "Hello", "max_tokens": 5, "temperature": 0}
     return http(host, f"{base_url}/v1/completions", request, key)
 
@@ -140,25 +146,25 @@ def test_no_missing_preload_warning(host):
     assert "not found in LD_PRELOAD" not in journal
 
 
-def test_models_and_completions_direct(host, plan):
+def test_models_and_completions_direct(host, plan, api_key):
     for instance in plan["instances"]:
         base = f"http://{listen_address(host, instance)}:{instance['port']}"
-        status, models = http(host, f"{base}/v1/models")
+        status, models = http(host, f"{base}/v1/models", key=api_key)
         assert status == 200 and [m["id"] for m in models["data"]] == [MODEL]
-        status, body = completion(host, base)
+        status, body = completion(host, base, api_key)
         assert status == 200 and body["usage"]["completion_tokens"] > 0
 
 
-def test_api_key_is_enforced(host, plan):
+def test_api_key_is_enforced(host, plan, api_key):
     base = f"http://{listen_address(host, plan['instances'][0])}:{plan['instances'][0]['port']}"
     assert completion(host, base, key="")[0] == 401
     assert completion(host, base, key="wrong-key")[0] == 401
     # The routes vLLM leaves open need the key too, even from the host itself.
     assert http(host, f"{base}/tokenize", {"model": MODEL, "prompt": "Hello"}, key="")[0] == 401
-    assert http(host, f"{base}/tokenize", {"model": MODEL, "prompt": "Hello"})[0] == 200
+    assert http(host, f"{base}/tokenize", {"model": MODEL, "prompt": "Hello"}, key=api_key)[0] == 200
 
 
-def lb_request(lb_address, path, body=None, key=API_KEY, method=None):
+def lb_request(lb_address, path, body, key, method=None):
     """(status, parsed JSON or text) of a request from the controller to the LB over TLS, verified with the test CA."""
     headers = {"Content-Type": "application/json"}
     if key:
@@ -184,10 +190,10 @@ def lb_address(request):
     return lb.interface("eth0").addresses[0]
 
 
-def test_completions_through_the_load_balancer_over_tls(lb_address):
+def test_completions_through_the_load_balancer_over_tls(lb_address, api_key):
     request = {"model": MODEL, "prompt": "Hello", "max_tokens": 5, "temperature": 0}
     for _ in range(3):
-        status, body = lb_request(lb_address, "/v1/completions", request)
+        status, body = lb_request(lb_address, "/v1/completions", request, api_key)
         assert status == 200 and body["choices"][0]["text"] is not None
     assert lb_request(lb_address, "/v1/completions", request, key="")[0] == 401
     with pytest.raises(OSError):  # plain HTTP gets no HTTP answer (the TLS listener closes the connection)
@@ -312,7 +318,7 @@ def probe(base, pairs, ca="", key="", where=None):
     return json.loads(where.check_output("python3 -c %s %s %s %s %s", PROBE_SCRIPT, base, ca, key, json.dumps(pairs)))
 
 
-def test_no_route_generates_or_tokenizes_without_the_key_through_the_load_balancer(routes, lb_address):
+def test_no_route_generates_or_tokenizes_without_the_key_through_the_load_balancer(routes, lb_address, api_key):
     answers = probe(f"https://{lb_address}:{LB_PORT}", routes, ca=str(CA_FILE))
     assert not [a[:3] for a in answers if produced(a[3])]
     # Only /health passes without the key; the rest: 401 from vLLM (/v1/...), 403/404 from HAProxy.
@@ -322,7 +328,7 @@ def test_no_route_generates_or_tokenizes_without_the_key_through_the_load_balanc
     assert forwarded_unguarded <= {"/health"}, forwarded_unguarded
     # With the key, the unguarded tokenize and invocation routes are still not forwarded.
     with_key = probe(f"https://{lb_address}:{LB_PORT}", [p for p in routes if not p[1].startswith(GUARDED)],
-                     ca=str(CA_FILE), key=API_KEY)
+                     ca=str(CA_FILE), key=api_key)
     assert not [a[:3] for a in with_key if produced(a[3])]
 
 
@@ -355,7 +361,7 @@ def test_preflight_refuses_an_empty_api_key(request):
     )
     output = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0
-    assert "serve-vllm: vllm_service_api_key: is empty" in output, output[-5000:]
+    assert "serve-vllm-1: vllm_service_api_key: is empty" in output, output[-5000:]
     assert "fix: set vllm_service_api_key" in output and "vllm_service_allow_unauthenticated: true" in output
 
 
@@ -369,10 +375,10 @@ def test_memory_limits_and_restart_policy_come_from_the_plan(host, plan):
     assert host.check_output(f"systemctl show -p StartLimitIntervalUSec --value {name}") in ("0", "infinity")
 
 
-def test_unit_is_hardened(host, plan):
+def test_unit_is_hardened(host, plan, api_key):
     report = host.check_output(f"systemd-analyze security --no-pager vllm@{plan['instances'][0]['name']}.service")
     exposure = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", report).group(1))
     assert exposure <= 2.0, report
     secrets = host.file("/etc/vllm/secrets.env")
     assert secrets.mode == 0o640 and secrets.user == "root" and secrets.group == "vllm"
-    assert API_KEY not in host.check_output("ps -eo args")
+    assert api_key not in host.check_output("ps -eo args")

@@ -1,6 +1,6 @@
-"""The day2 scenario after its steps (side_effect.yml): both hosts serve the reinstall with the
-rotated key only, closed to everything but the load balancer, and no step lost a request.
-The serving, security and hardening checks of one host are the serve scenario's."""
+"""After the day-2 steps (side_effect.yml): both hosts serve the reinstall with the rotated key
+only, closed to everything but the load balancer, and no step lost a request. Serving, the
+plan, the firewall and the hardening of each host are test_serve.py's."""
 
 import json
 import os
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import get_host
 
-testinfra_hosts = ["day2-vllm-1", "day2-vllm-2"]
-ONE_HOST = pytest.mark.testinfra_hosts("ansible://day2-vllm-1")
+testinfra_hosts = ["serve-vllm-1", "serve-vllm-2"]
+ONE_HOST = pytest.mark.testinfra_hosts("ansible://serve-vllm-1")
 
-API_KEY = "day2-key-b-rotated"
-OLD_API_KEY = "day2-key-a"
-LB_URL = "https://10.88.250.10:8080"
+API_KEY = "serve-key-b-rotated"
+OLD_API_KEY = "serve-key-a"
+LB_URL = "https://10.88.250.50:8080"
 CA_FILE = Path(__file__).resolve().parents[3] / ".cache/tls/ca.crt"
 EXPECTED_STEPS = ["1-key-rotation", "2-rotation-end-and-knobs", "3-drain-fails", "4-gate-fails",
                   "5a-reinstall-host-lost", "5b-recovery"]
@@ -73,7 +73,7 @@ def test_every_host_serves_the_reinstall_and_keeps_no_snapshot(host):
 
 
 def test_the_load_balancer_host_needs_the_key_on_every_route(host, request):
-    lb = get_host("day2-lb", request)
+    lb = get_host("serve-lb", request)
     own = host.interface("eth0").addresses[0]
     body = {"model": "tiny-llama", "prompt": "Hello"}
     for path in ("/tokenize", "/invocations", "/v1/completions"):
