@@ -143,3 +143,65 @@ def test_the_preflight_gate_stops_a_limit_slice_too(fleet):
     assert "h0001: vllm_plan_tp" in result.stdout
     assert "Preflight failed on h0001 (their messages are above); nothing was changed" in result.stdout
     assert "TASK [Write the plan]" not in result.stdout, "a host went on past a failed preflight"
+
+
+def test_a_load_balancer_in_an_awx_slice_stops_before_it_empties_the_backend(fleet):
+    # In an AWX slice the other hosts are not in the inventory at all: only the backend HAProxy runs now knows them.
+    work, inventory = fleet["work"], copy.deepcopy(fleet["inventory"])
+    inventory["all"]["children"]["loadbalancers"] = {"hosts": {"lb": {}}}
+    inventory["all"]["vars"]["loadbalancer_plain_http"] = True
+    config = work / "haproxy.cfg"
+    first = run(
+        fleet,
+        write_inventory(work / "inventory-awx-lb.yml", inventory),
+        work / "awx-lb-plans",
+        "-e",
+        f"loadbalancer_haproxy_config={config}",
+    )
+    assert first.returncode == 0, first.stdout[-3000:]  # no configuration yet: nothing to compare with
+    servers = {
+        host: [f"{host}-{instance['name']}" for instance in plan["instances"]]
+        for host, plan in plans(work / "awx-lb-plans").items()
+    }
+    lines = [f"    server {name} 10.0.0.{n}:8000" for n, names in enumerate(servers.values()) for name in names]
+    config.write_text(
+        "frontend api\n    default_backend vllm\n\nbackend vllm\n    balance leastconn\n" + "\n".join(lines) + "\n"
+    )
+
+    sliced, keep = awx_slice(inventory, 1, 2)
+    result = run(
+        fleet,
+        write_inventory(work / "awx-lb-slice.yml", sliced),
+        work / "awx-lb-slice",
+        "-e",
+        f"loadbalancer_haproxy_config={config}",
+    )
+    assert result.returncode != 0
+    found = re.search(
+        r"lb: loadbalancer_backend_group: this run would take (\d+) of the (\d+) servers .*?\(([^)]*)\)", result.stdout
+    )
+    assert found, result.stdout[-3000:]
+    removed = sorted(name for host in servers if host not in keep for name in servers[host])
+    assert (int(found.group(1)), int(found.group(2))) == (len(removed), len(lines))
+    assert sorted(found.group(3).split(", ")) == removed
+    assert "TASK [Write the plan]" not in result.stdout
+
+    # The whole fleet again passes; so does the slice when retiring hosts is meant.
+    again = run(
+        fleet,
+        write_inventory(work / "inventory-awx-lb.yml", inventory),
+        work / "awx-lb-plans",
+        "-e",
+        f"loadbalancer_haproxy_config={config}",
+    )
+    assert again.returncode == 0, again.stdout[-3000:]
+    meant = run(
+        fleet,
+        work / "awx-lb-slice.yml",
+        work / "awx-lb-slice",
+        "-e",
+        f"loadbalancer_haproxy_config={config}",
+        "-e",
+        "loadbalancer_max_removed_servers_percent=100",
+    )
+    assert meant.returncode == 0, meant.stdout[-3000:]

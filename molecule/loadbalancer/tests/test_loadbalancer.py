@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import testinfra
+import yaml
 
 testinfra_hosts = ["lb-haproxy"]
 
@@ -338,3 +339,40 @@ def test_preflight_refuses_a_load_balancer_without_a_certificate():
         '{"loadbalancer_plain_http": true}',
     )
     assert plain.returncode == 0, plain.stdout + plain.stderr
+
+
+def without_host(node, name):
+    """A copy of an inventory's YAML without host `name` in any group (as an AWX job slice leaves it out)."""
+    if isinstance(node, dict):
+        return {key: without_host(value, name) for key, value in node.items() if key != name}
+    return node
+
+
+def test_preflight_stops_an_inventory_that_holds_part_of_the_fleet():
+    # As an AWX job slice sees the fleet: lb-backend-2 is not in the inventory, so nothing planned its servers; only
+    # the configuration HAProxy runs now still names them. The cut inventory sits beside Molecule's so that its
+    # group_vars and host_vars apply.
+    original = Path(inventory())
+    cut = original.parent / "zz-slice-test.yml"
+    cut.write_text(yaml.safe_dump(without_host(yaml.safe_load(original.read_text()), "lb-backend-2")))
+
+    def preflight(*extra):
+        return subprocess.run(
+            ["ansible-playbook", "-i", str(cut), str(SCENARIO / "preflight.yml"), *extra],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    try:
+        result, meant = preflight(), preflight("-e", "loadbalancer_max_removed_servers_percent=100")
+    finally:
+        cut.unlink()
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    assert (
+        "lb-haproxy: loadbalancer_backend_group: this run would take 2 of the 4 servers HAProxy forwards to now out "
+        "of backend 'vllm' (lb-backend-2-vllm-0, lb-backend-2-vllm-1)"
+    ) in output, output
+    assert meant.returncode == 0, meant.stdout + meant.stderr
