@@ -22,7 +22,15 @@ import socket
 import subprocess
 
 _LISTEN = "0A"
-_PYTHON_INFO = "import sys; print('%d.%d cp%d%d' % (sys.version_info[:2] * 2))"
+# One interpreter start: the version even when venv/ensurepip are missing (python3-venv comes later from the
+# toolchain role, so preflight judges the two separately), then the import error if there is one.
+_PYTHON_INFO = """import sys
+print('%d.%d cp%d%d' % (sys.version_info[:2] * 2))
+try:
+    import venv, ensurepip
+except Exception as exc:
+    print('%s: %s' % (type(exc).__name__, exc))
+"""
 
 
 def _run_python(python, code):
@@ -40,12 +48,12 @@ def _run_python(python, code):
 def python_info(python):
     """Version ("3.11"), wheel tag ("cp311"), and whether it can make a virtualenv (venv and ensurepip)."""
     out, error = _run_python(python, _PYTHON_INFO)
-    version, _, tag = out.partition(" ")
-    venv_ok = False
-    if version:
-        _, venv_error = _run_python(python, "import venv, ensurepip")
-        venv_ok, error = not venv_error, venv_error
-    return {"python_version": version, "python_tag": tag, "python_ok": venv_ok, "python_error": error}
+    lines = out.splitlines()
+    version, _, tag = (lines[0] if lines else "").partition(" ")
+    if len(lines) > 1:
+        error = lines[-1]
+    ok = bool(version) and not error
+    return {"python_version": version, "python_tag": tag, "python_ok": ok, "python_error": error}
 
 
 def existing_dir(path):
