@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import yaml
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
@@ -25,6 +26,7 @@ SECTION_ROLES = {
     "rollout": "rollout",
 }
 display = Display()
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Read for their defaults only: the shared values and the load balancer's port, which the service checks.
 DEFAULTS_ONLY = ("vllm_fleet", "loadbalancer")
 
@@ -44,9 +46,15 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("sections", "gather_subset"))
 
-    def _role_file(self, role, name):
+    @staticmethod
+    def _role_file(role, name, trusted=True):
+        """A YAML file of the collection's roles: plain YAML parsed in C (a tenth of Ansible's loader's time)."""
         path = ROLES / role / name
-        return _trusted(self._loader.load_from_file(str(path)) or {}) if path.is_file() else {}
+        if not path.is_file():
+            return {}
+        with path.open(encoding="utf-8") as handle:
+            data = yaml.load(handle, Loader=_YAML_LOADER) or {}
+        return _trusted(data) if trusted else data
 
     def _variables(self, task_vars, roles):
         """task_vars over the roles' vars and defaults: in a role's own task they are there already."""
@@ -60,8 +68,7 @@ class ActionModule(ActionBase):
 
     def _typed(self, host, role, merged, templar):
         """The role's variables templated and typed by its argument spec: (values, problems)."""
-        spec = self._loader.load_from_file(str(ROLES / role / "meta" / "argument_specs.yml"))
-        options = spec["argument_specs"]["main"]["options"]
+        options = self._role_file(role, "meta/argument_specs.yml", trusted=False)["argument_specs"]["main"]["options"]
         provided = {name: templar.template(merged[name]) for name in options if name in merged}
         result = ArgumentSpecValidator(options).validate(provided)
         problems = [

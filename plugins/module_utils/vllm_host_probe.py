@@ -14,12 +14,16 @@
 One module run answers all of them: each remote run costs a large fleet's controller more than what it reads.
 """
 
+import contextlib
 import glob
+import io
 import json
 import os
 import pwd
+import shutil
 import socket
 import subprocess
+import sys
 
 _LISTEN = "0A"
 # One interpreter start: the version even when venv/ensurepip are missing (python3-venv comes later from the
@@ -33,8 +37,25 @@ except Exception as exc:
 """
 
 
+def _is_this_interpreter(python):
+    """Whether ``python`` is the interpreter running this code (usually: both are the host's python3)."""
+    found = shutil.which(python)
+    return bool(found) and os.path.realpath(found) == os.path.realpath(sys.executable)
+
+
 def _run_python(python, code):
-    """(stdout, error) of ``python -c code``; error is the last line of what went wrong, else ''."""
+    """(stdout, error) of ``python -c code``; error is the last line of what went wrong, else ''.
+
+    In this process when ``python`` is this interpreter: the same answers without starting one more.
+    """
+    if _is_this_interpreter(python):
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(code, {})
+        except Exception as exc:
+            return "", f"{type(exc).__name__}: {exc}"
+        return out.getvalue().strip(), ""
     try:
         done = subprocess.run([python, "-c", code], capture_output=True, timeout=60, check=False)
     except (OSError, subprocess.SubprocessError) as exc:

@@ -112,3 +112,16 @@ def test_install_says_when_venv_is_missing(tmp_path):
 def test_an_unknown_section_is_refused():
     with pytest.raises(ValueError, match="unknown section"):
         probe({"gpu": {}})
+
+
+def test_this_interpreter_is_asked_in_process_with_the_answers_a_new_one_gives(tmp_path):
+    # A wrapper is another file, so it is started; the module's own interpreter is asked in its process.
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    started = probe(install_spec(tmp_path, python=str(wrapper)))["install"]
+    in_process = probe(install_spec(tmp_path))["install"]
+    keys = ("python_version", "python_tag", "python_ok", "python_error")
+    assert [started[k] for k in keys] == [in_process[k] for k in keys]
+    build = probe({"build": {"python": str(wrapper), "dirs": [str(tmp_path)]}})["build"]
+    assert build["python"] == in_process["python_version"]
