@@ -1,9 +1,9 @@
 """Action plugin vllm.cpu_fleet.vllm_preflight (documented in plugins/modules/vllm_preflight.py)."""
 
 from pathlib import Path
+from typing import ClassVar
 
 import yaml
-from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
@@ -44,7 +44,11 @@ def _trusted(value):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("sections", "gather_subset"))
+    ARGUMENT_SPEC: ClassVar[dict] = {
+        "sections": {"type": "list", "elements": "str", "choices": list(SECTIONS)},
+        "gather_subset": {"type": "list", "elements": "str", "choices": ["network", "systemd"], "default": []},
+    }
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
     @staticmethod
     def _role_file(role, name, trusted=True):
@@ -97,10 +101,8 @@ class ActionModule(ActionBase):
         roles = [SECTION_ROLES[name] for name in SECTIONS]
         merged = self._variables(task_vars, roles)
         templar = self._templar.copy_with_new_env(available_variables=merged)
-        sections = self._task.args.get("sections") or self._sections(host, task_vars, merged, templar)
-        unknown = sorted(set(sections) - set(SECTIONS))
-        if unknown:
-            raise AnsibleError(f"vllm_preflight: unknown section(s) {unknown}; known: {list(SECTIONS)}")
+        _, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
+        sections = args["sections"] or self._sections(host, task_vars, merged, templar)
 
         problems, warnings, v = [], [], {}
         for role in dict.fromkeys(SECTION_ROLES[name] for name in sections):
@@ -125,7 +127,7 @@ class ActionModule(ActionBase):
         new_facts = {}
         if "plan" in sections or probe or "vllm_cpu" not in facts:
             # The facts of the plan section, or the cached ones confirmed by their key (a changed host is read again).
-            module = self._read_host(merged, templar, facts, probe, task_vars)
+            module = self._read_host(merged, templar, facts, probe, args["gather_subset"], task_vars)
             if module.get("failed"):
                 return self._fail(result, [f"{host}: {module.get('msg', 'vllm_cpu_facts failed')}"])
             probe = module.get("vllm_host_probe", {})
@@ -214,12 +216,12 @@ class ActionModule(ActionBase):
             spec["service"] = {"user": v["vllm_service_user"], "listen_address": v["vllm_service_listen_address"]}
         return spec
 
-    def _read_host(self, merged, templar, facts, probe, task_vars):
+    def _read_host(self, merged, templar, facts, probe, gather_subset, task_vars):
         """One run of vllm_cpu_facts: the facts (or the cached ones confirmed by their key) and the probe's answers."""
         args = {
             "root": templar.template(merged.get("vllm_plan_facts_root", "/")),
             "numa": templar.template(merged.get("vllm_plan_numa", "strict")),
-            "gather_subset": self._task.args.get("gather_subset") or [],
+            "gather_subset": gather_subset,
         }
         if "vllm_cpu" in facts and "vllm_cpu_key" in facts:
             args["cache_key"] = facts["vllm_cpu_key"]

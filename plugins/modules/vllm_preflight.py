@@ -33,6 +33,7 @@ options:
     description: Subsets of C(setup) the facts module returns in the same run (see C(vllm_cpu_facts)).
     type: list
     elements: str
+    choices: [network, systemd]
     default: []
 author:
   - vllm-cpu-fleet maintainers

@@ -109,8 +109,15 @@ class _SpecSeen(Exception):
 
 
 def _argument_spec(path):
-    """The argument_spec a module's main() gives AnsibleModule, without running the module."""
+    """The argument_spec a module's main() gives AnsibleModule, without running the module.
+
+    A module file that only documents an action plugin (plugins/action/<name>.py does the work): the
+    argument spec that action validates its arguments with.
+    """
     module = _load(path)
+    action = REPO / "plugins" / "action" / path.name
+    if not hasattr(module, "main") and action.is_file():
+        return _load(action).ActionModule.ARGUMENT_SPEC
 
     def capture(argument_spec, **_):
         raise _SpecSeen(argument_spec)
