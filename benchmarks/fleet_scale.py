@@ -1,7 +1,7 @@
 """Controller cost of facts and planning for N fake hosts, side by side with an empty and a ping play.
 
 Run from the repo root:
-  .venv/bin/python benchmarks/fleet_scale.py [--hosts 50,200] [--forks 20] [--label TEXT] [--write]
+  .venv/bin/python benchmarks/fleet_scale.py [--hosts 50,200] [--forks 20] [--label TEXT] [--no-fact-cache] [--write]
 
 Every host is this machine (ansible_connection=local) reading one of several recorded machine
 trees (tests/fixtures/machines, through vllm_plan_facts_root), so the figures are the
@@ -150,7 +150,7 @@ def run(playbook, inventory_path, forks, work, log, cache=None):
     return {"rc": rc, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024}
 
 
-def measure(sizes, forks, keep):
+def measure(sizes, forks, keep, fact_cache=True):
     rows = []
     for n in sizes:
         work = Path(tempfile.mkdtemp(prefix=f"fleet-scale-{n}-"))
@@ -158,6 +158,8 @@ def measure(sizes, forks, keep):
             inventory_path = work / "inventory.yml"
             inventory_path.write_text(yaml.safe_dump(inventory(n, work)))
             for index, (what, playbook, cache, reported) in enumerate(playbooks(work)):
+                if cache and not fact_cache:
+                    continue
                 log = work / f"{index}-{Path(playbook).stem}.log"
                 result = run(playbook, inventory_path, forks, work, log, cache)
                 if result["rc"]:
@@ -227,13 +229,14 @@ def main():
     parser.add_argument("--forks", type=int, default=20)
     parser.add_argument("--label", default="Measured", help="sub-heading of this run's table")
     parser.add_argument("--keep", action="store_true", help="keep the work directories and logs")
+    parser.add_argument("--no-fact-cache", action="store_true", help="leave out the fact cache rows")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     sizes = [int(n) for n in args.hosts.split(",")]
     command = "python benchmarks/fleet_scale.py " + shlex.join(sys.argv[1:])
     started = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()
-    rows = measure(sizes, args.forks, args.keep)
+    rows = measure(sizes, args.forks, args.keep, fact_cache=not args.no_fact_cache)
     table = render(rows, args.label, command, load_before, os.getloadavg(), started)
     print(table)
     if args.write:
