@@ -1,7 +1,17 @@
-"""Thin Jinja2 filter over the load balancer's backend guard (module_utils/vllm_lb_backends.py)."""
+"""Thin Jinja2 filters over the load balancer's backend guard and HAProxy's admin socket answers
+(module_utils/vllm_lb_backends.py)."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import BackendError, removal_check
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import (
+    BackendError,
+    in_flight,
+    removal_check,
+    server_states,
+)
+
+
+def _named(err, host):
+    return AnsibleFilterError(f"{host}: {err}" if host else str(err))
 
 
 def vllm_lb_removal_check(config_text, backend, planned, max_removed_percent, group="vllm_hosts", host=None):
@@ -9,12 +19,32 @@ def vllm_lb_removal_check(config_text, backend, planned, max_removed_percent, gr
     try:
         result = removal_check(config_text, backend, planned, max_removed_percent, group)
     except BackendError as err:
-        raise AnsibleFilterError(f"{host}: {err}" if host else str(err)) from err
+        raise _named(err, host) from err
     if result["problem"] and host:
         result["problem"] = f"{host}: {result['problem']}"
     return result
 
 
+def vllm_lb_server_states(servers_state_text, host=None):
+    """{server: {'admin': 'maint' | 'drain' | 'ready', 'up': bool}} from `show servers state`."""
+    try:
+        return server_states(servers_state_text)
+    except BackendError as err:
+        raise _named(err, host) from err
+
+
+def vllm_lb_in_flight(stat_text, servers, host=None):
+    """{server: requests in flight} from `show stat` CSV, for the servers named."""
+    try:
+        return in_flight(stat_text, servers)
+    except BackendError as err:
+        raise _named(err, host) from err
+
+
 class FilterModule:
     def filters(self):
-        return {"vllm_lb_removal_check": vllm_lb_removal_check}
+        return {
+            "vllm_lb_removal_check": vllm_lb_removal_check,
+            "vllm_lb_server_states": vllm_lb_server_states,
+            "vllm_lb_in_flight": vllm_lb_in_flight,
+        }

@@ -1,16 +1,7 @@
 """Thin Jinja2 filters over the rollout's batch sizes (module_utils/vllm_rollout_serial.py)."""
 
-from pathlib import Path
-
-import ansible.module_utils as _amu
 from ansible.errors import AnsibleFilterError
-
-# Controller-side plugins cannot import a collection-less repo's module_utils: put ours on the path.
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in _amu.__path__:
-    _amu.__path__.append(_MODULE_UTILS)
-
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import (  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import (
     SerialError,
     batch_sizes,
     parse_serial,

@@ -4,8 +4,12 @@ A run whose inventory holds only part of the fleet (an AWX / Automation Platform
 inventory someone cut by hand) plans only its own vLLM hosts; writing HAProxy's backend from that
 plan would take every other host out of service. The configured backend is the one record of the
 whole fleet the load balancer has, so preflight compares the planned servers with it.
+
+The admin socket's answers (`show stat` CSV, `show servers state`) are read by their `# ` header
+line, not by column number: HAProxy adds columns between versions.
 """
 
+import csv
 import re
 
 _SECTION = re.compile(
@@ -64,3 +68,91 @@ def removal_check(config_text, backend, planned, max_removed_percent, group="vll
             "purpose, -e loadbalancer_max_removed_servers_percent=100"
         )
     return {"removed": removed, "problem": problem}
+
+
+# srv_admin_state is a bit field (HAProxy's enum srv_admin): forced maintenance, forced drain.
+_ADMIN_FORCED_MAINT = 0x01
+_ADMIN_FORCED_DRAIN = 0x08
+# srv_op_state 2: SRV_ST_RUNNING (UP).
+_OP_RUNNING = "2"
+
+
+def _rows(text, command, split, required):
+    """The rows of one admin socket answer as dicts keyed by its `# ` header; lines before the header
+    (`show servers state` starts with its format version) are skipped."""
+    header, rows = None, []
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            header = [name.strip() for name in split(line[1:])]
+            continue
+        if header is not None:
+            # A short row lacks the last columns; the check below names a required one it lacks.
+            rows.append(dict(zip(header, split(line), strict=False)))
+    if header is None:
+        raise BackendError(
+            f"loadbalancer_admin_socket: HAProxy's answer to '{command}' has no '# ' header line "
+            f"({(text or '').strip()[:120]!r}); fix: check that the socket is HAProxy's admin socket (level admin) "
+            "and that the backend exists (loadbalancer_backend_name)"
+        )
+    missing = [name for name in required if name not in header]
+    short = next((row for row in rows if any(name not in row for name in required)), None)
+    if missing or short:
+        where = f"in its header ({','.join(header)})" if missing else f"in the row {short!r}"
+        raise BackendError(
+            f"loadbalancer_admin_socket: HAProxy's answer to '{command}' lacks "
+            f"{', '.join(missing or [name for name in required if name not in short])} {where}; "
+            "fix: point loadbalancer_admin_socket at HAProxy's admin socket; if it is that, this HAProxy "
+            f"names the columns differently: the role needs {', '.join(required)}"
+        )
+    return rows
+
+
+def _csv_fields(line):
+    return next(csv.reader([line]))
+
+
+def stat_rows(text):
+    """`show stat` CSV rows as dicts by its header; pxname, svname and scur must be there."""
+    return _rows(text, "show stat", _csv_fields, ("pxname", "svname", "scur"))
+
+
+def servers_state_rows(text):
+    """`show servers state` rows as dicts by its header; srv_name, srv_op_state and srv_admin_state must be there."""
+    return _rows(text, "show servers state", str.split, ("srv_name", "srv_op_state", "srv_admin_state"))
+
+
+def server_states(text):
+    """{server: {'admin': 'maint' | 'drain' | 'ready', 'up': bool}} from a `show servers state` answer."""
+    states = {}
+    for row in servers_state_rows(text):
+        try:
+            admin = int(row["srv_admin_state"])
+        except ValueError:
+            raise BackendError(
+                f"loadbalancer_admin_socket: srv_admin_state of {row['srv_name']} is {row['srv_admin_state']!r}, "
+                "not a number; fix: check the socket is HAProxy's admin socket"
+            ) from None
+        states[row["srv_name"]] = {
+            "admin": "maint" if admin & _ADMIN_FORCED_MAINT else "drain" if admin & _ADMIN_FORCED_DRAIN else "ready",
+            "up": row["srv_op_state"] == _OP_RUNNING,
+        }
+    return states
+
+
+def in_flight(text, servers):
+    """{server: requests in flight (scur)} from a `show stat` answer, for the servers named (rows of other
+    proxies and the BACKEND/FRONTEND summary lines are left out)."""
+    wanted = set(servers)
+    counts = {}
+    for row in stat_rows(text):
+        if row["svname"] in wanted:
+            try:
+                counts[row["svname"]] = int(row["scur"] or 0)
+            except ValueError:
+                raise BackendError(
+                    f"loadbalancer_admin_socket: scur of {row['svname']} is {row['scur']!r}, not a number; "
+                    "fix: check the socket is HAProxy's admin socket"
+                ) from None
+    return counts
