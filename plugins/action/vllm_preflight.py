@@ -27,8 +27,8 @@ SECTION_ROLES = {
 }
 display = Display()
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# Read for their defaults only: the shared values and the load balancer's port, which the service checks.
-DEFAULTS_ONLY = ("vllm_fleet", "loadbalancer")
+# The shared values (vllm_install_source, loadbalancer_port, ...): every section may read them.
+SHARED_ROLE = "vllm_fleet"
 
 
 def _trusted(value):
@@ -63,7 +63,7 @@ class ActionModule(ActionBase):
     def _variables(self, task_vars, roles):
         """task_vars over the roles' vars and defaults: in a role's own task they are there already."""
         merged = {}
-        for role in DEFAULTS_ONLY + tuple(roles):
+        for role in (SHARED_ROLE, *roles):
             merged.update(self._role_file(role, "defaults/main.yml"))
         for role in roles:
             merged.update(self._role_file(role, "vars/main.yml"))
@@ -105,18 +105,14 @@ class ActionModule(ActionBase):
         sections = args["sections"] or self._sections(host, task_vars, merged, templar)
 
         problems, warnings, v = [], [], {}
-        for role in dict.fromkeys(SECTION_ROLES[name] for name in sections):
+        for role in dict.fromkeys([SHARED_ROLE] + [SECTION_ROLES[name] for name in sections]):
             values, found = self._typed(host, role, merged, templar)
             v.update(values)
             problems += found
-        for name in (
-            "vllm_release_overrides",
-            "loadbalancer_port",
-            "vllm_install_source",
-            "vllm_install_package",
-            "vllm_service_model_arg",
-        ):
-            if name in merged and name not in v:
+        # Read by the checks but in no argument spec: the inventory's release rows, and vllm_service's
+        # model argument (derived in its vars/main.yml).
+        for name in ("vllm_release_overrides", "vllm_service_model_arg"):
+            if name in merged:
                 v[name] = templar.template(merged[name])
         if problems:
             # Wrong types make every later check guess: say them first, alone.

