@@ -3,6 +3,9 @@ answers like vLLM's /v1/completions: concurrency, API key, failures."""
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -91,3 +94,29 @@ def test_nobody_listening_fails_the_gate(capsys):
     rc = smoke.main(1, "m", 4, 2, 2)
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and len(out["errors"]) == 2 and "Connection refused" in out["errors"][0]
+
+
+def script(port, env, *argv):
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(port), *argv], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_the_script_reads_the_key_from_the_units_secrets_file(server, tmp_path):
+    port, state = server
+    # As secrets.env.j2 writes it: the value JSON-quoted.
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text('HF_TOKEN="x"\nVLLM_API_KEY="s3cret \\"quoted\\""\n')
+    env = {**os.environ, "VLLM_SMOKE_SECRETS_FILE": str(secrets), "VLLM_API_KEY": "not-this-one"}
+    result = script(port, env, "tiny-llama", "4", "2", "10")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["completed"] == 2
+    assert {auth for _, auth, _ in state["requests"]} == {'Bearer s3cret "quoted"'}
+
+
+def test_the_script_exits_1_on_an_error_status(server):
+    port, state = server
+    state["status"] = 500
+    result = script(port, {**os.environ, "VLLM_API_KEY": ""}, "tiny-llama", "4", "1", "10")
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["ok"] is False

@@ -2,7 +2,15 @@
 progress and gives up on a failed unit, on restarts, on a stall, and at the ceiling."""
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "vllm_service" / "files" / "wait_healthy.py"
 spec = importlib.util.spec_from_file_location("wait_healthy", SCRIPT)
@@ -80,3 +88,82 @@ def test_restarts_stop_the_wait():
     ok, reason = unit.wait(max_restarts=2)
     assert not ok and "restarted 2 times" in reason
     assert unit.now < 45
+
+
+# ---- the real script: /health over a local HTTP server, systemctl and journalctl stand-ins on PATH ----
+
+
+@pytest.fixture
+def health_server():
+    """/health answers 503 for the first `busy` requests, then 200."""
+    state = {"busy": 0, "seen": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            state["seen"] += 1
+            ok = self.path == "/health" and state["seen"] > state["busy"]
+            self.send_response(200 if ok else 503)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd.server_address[1], state
+    httpd.shutdown()
+
+
+def test_healthy_reads_the_status_of_a_real_health_endpoint(health_server):
+    port, state = health_server
+    state["busy"] = 1
+    assert wait_healthy.healthy("127.0.0.1", port) is False  # 503 while starting
+    assert wait_healthy.healthy("0.0.0.0", port) is True  # a wildcard listen address is asked on 127.0.0.1
+    assert state["seen"] == 2
+
+
+def test_healthy_is_false_when_nothing_listens():
+    assert wait_healthy.healthy("127.0.0.1", 1) is False
+
+
+def stand_ins(tmp_path, active_state, result="exit-code"):
+    """systemctl and journalctl on PATH that answer for one unit the way systemd's do."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(
+        f"#!/bin/sh\nprintf 'ActiveState={active_state}\\nNRestarts=0\\nResult={result}\\nCPUUsageNSec=5000000000\\n'\n"
+    )
+    (bin_dir / "journalctl").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *json*) echo \'{"__CURSOR": "s=1"}\' ;; *) echo "ValueError: no model"; echo "exited" ;; esac\n'
+    )
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def run_script(port, env, ceiling=30):
+    argv = [sys.executable, str(SCRIPT), "127.0.0.1", str(port), "vllm@vllm-0.service", str(ceiling), "2", "600"]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_the_script_waits_for_a_starting_instance_and_exits_0(tmp_path, health_server):
+    port, state = health_server
+    state["busy"] = 1
+    result = run_script(port, stand_ins(tmp_path, "activating"))
+    answer = json.loads(result.stdout)
+    assert result.returncode == 0, result.stderr
+    assert answer["healthy"] is True and answer["reason"] == "" and answer["journal"] == []
+    assert answer["seconds"] >= wait_healthy.POLL_SECONDS  # it waited one round for the 503
+    assert f"127.0.0.1:{port}" in answer["waited_for"]
+
+
+def test_the_script_gives_up_on_a_failed_unit_with_its_journal(tmp_path, health_server):
+    port, state = health_server
+    state["busy"] = 10**6
+    result = run_script(port, stand_ins(tmp_path, "failed"))
+    answer = json.loads(result.stdout)
+    assert result.returncode == 1
+    assert answer["healthy"] is False
+    assert answer["reason"] == "vllm@vllm-0.service failed (exit-code)"
+    assert answer["journal"] == ["ValueError: no model", "exited"]
