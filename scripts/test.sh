@@ -26,8 +26,18 @@ collection="$repo/collections/ansible_collections/vllm/cpu_fleet"
 (cd "$collection" && ANSIBLE_TEST_CONTENT_ROOT="$collection" ansible-test sanity --local --python 3.11 --color no \
   --skip-test ansible-doc --skip-test changelog --skip-test import --skip-test pep8 --skip-test pylint \
   --skip-test runtime-metadata --skip-test validate-modules --skip-test yamllint)
-step "pytest"
-pytest -q tests
+step "ansible-test units"
+# ansible-test imports the tests as ansible_collections.vllm.cpu_fleet.tests.unit.*
+# and wants their real paths under ansible_collections/: a copy of the checkout's
+# files, since the link in collections/ resolves back to the checkout.
+units=$(mktemp -d)
+trap 'rm -rf "$units"' EXIT
+mkdir -p "$units/ansible_collections/vllm/cpu_fleet"
+git ls-files -co --exclude-standard -z | tar -c --null -T - -f - | tar -x -C "$units/ansible_collections/vllm/cpu_fleet"
+(cd "$units/ansible_collections/vllm/cpu_fleet" \
+  && ANSIBLE_TEST_CONTENT_ROOT="$PWD" ansible-test units --local --python 3.11 --color no)
+step "pytest (integration)"
+pytest -q tests/integration
 for scenario in ${MOLECULE_SCENARIOS:-toolchain build_standin loadbalancer serve}; do
   step "molecule test -s $scenario"
   molecule test -s "$scenario"

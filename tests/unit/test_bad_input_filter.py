@@ -5,8 +5,8 @@ import importlib.util
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from conftest import REPO
-from topologies import make_facts
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
+from ansible_collections.vllm.cpu_fleet.tests.unit.topologies import make_facts
 
 
 @pytest.fixture(scope="module")

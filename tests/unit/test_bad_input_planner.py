@@ -9,7 +9,7 @@ import time
 import pytest
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import parse_cpulist
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, check, plan
-from topologies import make_facts
+from ansible_collections.vllm.cpu_fleet.tests.unit.topologies import make_facts
 
 V32 = {"vllm_version": "0.32.0", "host": "h1"}
 MESSAGE = re.compile(r"^h1: [A-Za-z0-9_.\[\]]+: .+; fix: .+$", re.DOTALL)

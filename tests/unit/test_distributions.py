@@ -13,7 +13,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     _version_tuple,
     compiler_verdict,
 )
-from conftest import REPO
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 VARS = sorted(p for p in (REPO / "roles/toolchain/vars").glob("*-*.yml"))
 COMPILERS = {p.stem: yaml.safe_load(p.read_text())["toolchain_gcc_distribution_version"] for p in VARS}

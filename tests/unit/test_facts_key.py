@@ -12,7 +12,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology i
     facts_key,
     read_cpu_facts,
 )
-from conftest import MACHINE_NAMES
+from ansible_collections.vllm.cpu_fleet.tests.conftest import MACHINE_NAMES
 
 # Files read_cpu_facts reads that only change with the hardware, the firmware's
 # NUMA setting or the kernel: all of them take a reboot, which the boot id in

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # conftest makes the collection importable, also when this file runs as a script.
-from conftest import MACHINE_NAMES, MACHINES, load_expected_facts
+from ansible_collections.vllm.cpu_fleet.tests.conftest import MACHINE_NAMES, MACHINES, load_expected_facts
 
 VERSIONS = ("0.32.0", "0.13.0")
 

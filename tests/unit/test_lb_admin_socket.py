@@ -20,7 +20,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends im
     server_states,
     stat_rows,
 )
-from conftest import REPO
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 SAMPLES = REPO / "tests" / "fixtures" / "haproxy"
 SERVERS = ["h1-vllm-0", "h1-vllm-1", "h2-vllm-0"]

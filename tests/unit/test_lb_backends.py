@@ -8,7 +8,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends im
     removal_check,
     removal_limit,
 )
-from conftest import REPO
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 CONFIG = """\
 global

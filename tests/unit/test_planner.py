@@ -2,7 +2,7 @@
 
 import pytest
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import DEFAULTS, PlanError, check, plan
-from topologies import make_facts
+from ansible_collections.vllm.cpu_fleet.tests.unit.topologies import make_facts
 
 V32 = {"vllm_version": "0.32.0", "host": "h1"}
 V13 = {"vllm_version": "0.13.0", "host": "h1"}

@@ -6,7 +6,7 @@ import json
 import pytest
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
-from conftest import load_expected_facts
+from ansible_collections.vllm.cpu_fleet.tests.conftest import load_expected_facts
 
 FACTS = {
     "vllm_cpu": load_expected_facts("spr-2s-amx"),

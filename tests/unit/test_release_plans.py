@@ -12,7 +12,7 @@ import re
 import pytest
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES
-from conftest import MACHINE_NAMES, MACHINES, load_expected_facts
+from ansible_collections.vllm.cpu_fleet.tests.conftest import MACHINE_NAMES, MACHINES, load_expected_facts
 
 # Machines with a hand-checked plan (the corrupt trees have none).
 PLANNED = [name for name in MACHINE_NAMES if (MACHINES / name / "expected_plan.json").exists()]

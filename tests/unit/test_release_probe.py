@@ -12,7 +12,7 @@ import tarfile
 import pytest
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_release_probe as probe_lib
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import validate_row
-from conftest import REPO
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "tools"))
 import vllm_release_probe as cli

@@ -25,7 +25,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     validate_row,
     wheel_libraries,
 )
-from conftest import REPO
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 SPR_ISA = {"avx2": True, "avx512f": True, "avx512_bf16": True, "avx512_vnni": True, "amx_bf16": True}
 ICX_ISA = {"avx2": True, "avx512f": True, "avx512_vnni": True}
@@ -291,7 +291,7 @@ def test_the_planner_sees_overrides_inside_the_context():
 
 
 def test_plan_for_an_override_release():
-    from conftest import load_expected_facts
+    from ansible_collections.vllm.cpu_fleet.tests.conftest import load_expected_facts
 
     facts = load_expected_facts("spr-2s-amx")
     with release_overrides({"0.34.0": _row()}):
@@ -463,7 +463,7 @@ def _code_outside_the_row_format():
     for pattern in ("plugins/module_utils/*.py", "plugins/filter/*.py", "roles/**/*.yml", "roles/**/*.j2",
                     "roles/**/*.py", "playbooks/*.yml", "scripts/*"):  # fmt: skip
         for path in sorted(REPO.glob(pattern)):
-            if path.name == "vllm_cpu_release_probe.py":
+            if path.name == "vllm_cpu_release_probe.py" or not path.is_file():  # scripts/__pycache__
                 continue
             text = path.read_text()
             if path.name == "vllm_cpu_releases.py":

@@ -63,7 +63,7 @@ def test_the_default_takes_small_groups_one_host_at_a_time_and_large_ones_in_ten
 def _filters():
     import importlib.util
 
-    from conftest import REPO
+    from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
     spec = importlib.util.spec_from_file_location("vllm_rollout_filters", REPO / "plugins/filter/vllm_rollout.py")
     plugin = importlib.util.module_from_spec(spec)

@@ -22,7 +22,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve impo
     serve_command,
     systemd_exec_start,
 )
-from conftest import REPO
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 VENV = "/opt/vllm/current"
 MODEL = "/var/lib/vllm/models/tiny-llama"

@@ -5,7 +5,7 @@ import re
 
 import pytest
 import yaml
-from conftest import REPO
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 SHARED = yaml.safe_load((REPO / "roles/vllm_fleet/defaults/main.yml").read_text())
 

@@ -16,7 +16,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology i
     parse_status_cpus,
     read_cpu_facts,
 )
-from conftest import MACHINE_NAMES, load_expected_facts
+from ansible_collections.vllm.cpu_fleet.tests.conftest import MACHINE_NAMES, load_expected_facts
 
 S390X_CPUINFO = """vendor_id       : IBM/S390
 # processors    : 2
