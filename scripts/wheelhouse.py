@@ -123,11 +123,8 @@ def lock(report, excluded):
 
 
 def sha256(path):
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()  # the controller's Python is 3.11+
 
 
 def manifest(directory, path, lock_file, dist, version, pyver, tag, platform, arch, excluded, key, torch_spec):
