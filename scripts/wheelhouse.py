@@ -13,8 +13,9 @@
                                     write the manifest, or exit 1 naming the refused wheels
     summary MANIFEST                "<n> wheels, <size> MiB"
 
-EXCLUDED is a space-separated list of names. Standard library and packaging only (pip vendors it,
-the controller's python3 has it): the script ships with the collection, tools/ does not.
+EXCLUDED is a space-separated list of names. Needs packaging, and PyYAML for OVERRIDES: both are
+ansible-core's own requirements, so the Python that runs Ansible has them (the script ships with the
+collection, tools/ does not).
 """
 
 import glob
@@ -54,9 +55,10 @@ def torch_pin(version, arch, overrides_file=""):
     try:
         return pin(version, arch, overrides)
     except UnknownReleaseError as err:
+        lacking = f"--release-overrides {overrides_file} has no row for {version}; " if overrides_file else ""
         raise Refused(
-            f"{err}\nfor the wheelhouse, pass the row's vars file: --release-overrides <file>, "
-            "or the pin: --torch 'torch==X+cpu'"
+            f"{err}\nwheelhouse: {lacking}fix: pass the row's vars file with --release-overrides <file>, "
+            "or the pin with --torch 'torch==X+cpu'"
         ) from err
     except InvalidReleaseRowError as err:
         raise Refused(f"--release-overrides {overrides_file}: {err}") from err

