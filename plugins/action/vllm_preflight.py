@@ -8,6 +8,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
 from ansible.utils.display import Display
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_converged
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, plan
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
@@ -15,8 +16,9 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     release_overrides,
 )
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
-SECTIONS = ("plan", "toolchain", "build_host", "install", "service", "rollout")
+COLLECTION = Path(__file__).resolve().parents[2]
+ROLES = COLLECTION / "roles"
+SECTIONS = ("plan", "toolchain", "build_host", "install", "service", "rollout", "loadbalancer")
 SECTION_ROLES = {
     "plan": "vllm_plan",
     "toolchain": "toolchain",
@@ -24,7 +26,32 @@ SECTION_ROLES = {
     "install": "vllm_install",
     "service": "vllm_service",
     "rollout": "rollout",
+    "loadbalancer": "loadbalancer",
 }
+# The collection's files that make a host's state, for the converged digest (a change re-converges every host).
+COLLECTION_PARTS = ("roles", "plugins", "playbooks", "patches")
+# What preflight derives from the inputs alone (never from the host's current state, which the run changes)
+# and the roles act on: part of a host's converged digest.
+DERIVED_INPUTS = (
+    "vllm_install_release",
+    "vllm_install_class",
+    "vllm_install_torch",
+    "vllm_install_wanted",
+    "vllm_install_manifest",
+    "vllm_build_release",
+)
+# The OS facts the roles and inventories read (setup's values), for the converged digest.
+OS_FACTS = (
+    "distribution",
+    "distribution_version",
+    "distribution_major_version",
+    "os_family",
+    "architecture",
+    "all_ipv4_addresses",
+    "all_ipv6_addresses",
+    "default_ipv4",
+    "default_ipv6",
+)
 display = Display()
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # The shared values (vllm_install_source, loadbalancer_port, ...): every section may read them.
@@ -47,6 +74,7 @@ class ActionModule(ActionBase):
     ARGUMENT_SPEC: ClassVar[dict] = {
         "sections": {"type": "list", "elements": "str", "choices": list(SECTIONS)},
         "gather_subset": {"type": "list", "elements": "str", "choices": ["network", "systemd"], "default": []},
+        "converged": {"type": "bool", "default": False},
     }
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
@@ -119,7 +147,10 @@ class ActionModule(ActionBase):
             return self._fail(result, problems)
 
         facts = dict(task_vars.get("ansible_facts", {}))
+        recorded = None
         probe = self._probe_spec(sections, v)
+        if args["converged"]:
+            probe["converged"] = {"path": v["vllm_fleet_converged_record"]}
         new_facts = {}
         if "plan" in sections or probe or "vllm_cpu" not in facts:
             # The facts of the plan section, or the cached ones confirmed by their key (a changed host is read again).
@@ -127,6 +158,7 @@ class ActionModule(ActionBase):
             if module.get("failed"):
                 return self._fail(result, [f"{host}: {module.get('msg', 'vllm_cpu_facts failed')}"])
             probe = module.get("vllm_host_probe", {})
+            recorded = probe.pop("converged", None)
             new_facts = module["ansible_facts"]
             facts.update(new_facts)
             merged["ansible_facts"] = facts
@@ -188,9 +220,51 @@ class ActionModule(ActionBase):
             display.warning(warning)
         if problems:
             return self._fail(result, problems)
-        new_facts["preflight_passed"] = True
+        if args["converged"]:
+            new_facts["vllm_fleet_converged_inputs"] = {
+                "own": self._own_digest(sections, v, facts, host_plan, new_facts),
+                "peers": self._peers(host, sections, v, groups=task_vars.get("groups", {})),
+                "recorded": recorded,
+                "full_converge": v["vllm_fleet_full_converge"],
+                "installs_wheel": "service" in sections and v["vllm_install_source"] == "wheel",
+            }
+        # A load balancer's checks are its role's tasks, after the backends planned: they mark it.
+        if "loadbalancer" not in sections:
+            new_facts["preflight_passed"] = True
         result.update(changed=False, ansible_facts=new_facts)
         return result
+
+    @staticmethod
+    def _own_digest(sections, v, facts, host_plan, new_facts):
+        """The digest of everything of this host's own that its roles act on (module_utils/vllm_converged.py)."""
+        model = v.get("vllm_service_model_path") if v.get("vllm_service_model_source") == "path" else None
+        return vllm_converged.digest(
+            {
+                "collection": [
+                    vllm_converged.tree_signature(COLLECTION / part, ("__pycache__",)) for part in COLLECTION_PARTS
+                ],
+                "sections": sections,
+                "options": v,
+                "plan": host_plan,
+                "facts_key": facts.get("vllm_cpu_key"),
+                "os": {name: facts.get(name) for name in OS_FACTS},
+                "derived": {name: new_facts.get(name) for name in DERIVED_INPUTS},
+                "model_files": vllm_converged.tree_signature(model) if model else None,
+            }
+        )
+
+    @staticmethod
+    def _peers(host, sections, v, groups):
+        """The hosts whose own inputs this host's files depend on: its load balancers (their addresses in the
+        firewall) and builders (the wheel) for a vLLM host, the backends for a load balancer."""
+        peers = []
+        if "service" in sections:
+            peers += groups.get(v["vllm_service_loadbalancer_group"], [])
+            if v["vllm_install_source"] == "wheel":
+                peers += groups.get("builders", [])
+        if "loadbalancer" in sections:
+            peers += groups.get(v["loadbalancer_backend_group"], [])
+        return sorted(set(peers) - {host})
 
     @staticmethod
     def _probe_spec(sections, v):

@@ -10,6 +10,8 @@
 - ``service``: {user, listen_address} -> every listening TCP socket (port, pid, comm, and whether it
   belongs to one of our vllm@ instances), the addresses listen_address resolves to, free /dev/shm,
   the effective capabilities, and whether /sys/fs/cgroup is cgroup v2.
+- ``converged``: {path} -> the converged record there and whether its witnesses still hold
+  (module_utils/vllm_converged.py).
 
 One module run answers all of them: each remote run costs a large fleet's controller more than what it reads.
 """
@@ -24,6 +26,8 @@ import shutil
 import socket
 import subprocess
 import sys
+
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import read_record
 
 _LISTEN = "0A"
 # One interpreter start: the version even when venv/ensurepip are missing (python3-venv comes later from the
@@ -258,7 +262,11 @@ def service(spec):
     }
 
 
-SECTIONS = {"install": install, "build": build, "service": service}
+def converged(spec):
+    return read_record(spec["path"])
+
+
+SECTIONS = {"install": install, "build": build, "service": service, "converged": converged}
 
 
 def probe(spec):
