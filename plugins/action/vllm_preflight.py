@@ -28,7 +28,8 @@ SECTION_ROLES = {
     "rollout": "rollout",
     "loadbalancer": "loadbalancer",
 }
-# The collection's files that make a host's state, for the converged digest (a change re-converges every host).
+# The collection's files that make a host's state, for the converged digest (a change re-converges every host;
+# documentation does not count).
 COLLECTION_PARTS = ("roles", "plugins", "playbooks", "patches")
 # What preflight derives from the inputs alone (never from the host's current state, which the run changes)
 # and the roles act on: part of a host's converged digest.
@@ -241,7 +242,8 @@ class ActionModule(ActionBase):
         return vllm_converged.digest(
             {
                 "collection": [
-                    vllm_converged.tree_signature(COLLECTION / part, ("__pycache__",)) for part in COLLECTION_PARTS
+                    vllm_converged.tree_signature(COLLECTION / part, ("__pycache__",), (".md",))
+                    for part in COLLECTION_PARTS
                 ],
                 "sections": sections,
                 "options": v,

@@ -34,7 +34,7 @@ def digest(value):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def tree_signature(root, skip_dirs=()):
+def tree_signature(root, skip_dirs=(), skip_suffixes=()):
     """(relative path, size, mtime ns) of every file under root, sorted; [] when root is not a directory.
 
     For the controller's own files (the collection, the model it copies): a checkout, a copy or an edit
@@ -45,6 +45,8 @@ def tree_signature(root, skip_dirs=()):
     for current, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in skip_dirs)
         for name in files:
+            if name.endswith(skip_suffixes):
+                continue
             path = os.path.join(current, name)
             try:
                 status = os.stat(path)

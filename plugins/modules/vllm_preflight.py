@@ -22,19 +22,28 @@ options:
   sections:
     description:
       - The checks to run. V(plan) reads the facts and plans (otherwise the host's C(vllm_plan) fact is used);
-        V(toolchain), V(build_host), V(install), V(service), V(rollout) are the roles' checks.
+        V(toolchain), V(build_host), V(install), V(service), V(rollout) are the roles' checks; V(loadbalancer) only
+        types the load balancer role's inputs (its checks are the role's tasks, which need the backends' plans, so it
+        does not set C(preflight_passed)).
       - Unset, the host's groups decide, as the preflight play needs - V(plan) and V(toolchain) for every host,
         V(build_host) for the host that builds (a host of C(builders), or each vLLM host without such a group) when
         C(vllm_install_source) is V(wheel), V(install), V(service) and V(rollout) for hosts of C(vllm_hosts).
     type: list
     elements: str
-    choices: [plan, toolchain, build_host, install, service, rollout]
+    choices: [plan, toolchain, build_host, install, service, rollout, loadbalancer]
   gather_subset:
     description: Subsets of C(setup) the facts module returns in the same run (see C(vllm_cpu_facts)).
     type: list
     elements: str
     choices: [network, systemd]
     default: []
+  converged:
+    description:
+      - Also read the host's converged record (C(vllm_fleet_converged_record)) and whether its witnesses hold, in the
+        same module run, and return C(vllm_fleet_converged_inputs) - the digest of this host's own inputs, its peers and
+        the record - for the preflight play's decision (filter C(vllm.cpu_fleet.vllm_converged_decide)).
+    type: bool
+    default: false
 author:
   - vllm-cpu-fleet maintainers
 """
@@ -54,7 +63,7 @@ ansible_facts:
   description: >-
     With V(plan), C(vllm_cpu_facts)'s facts and C(vllm_plan); with each section, the facts its role's later tasks read
     (C(vllm_install_venv), C(vllm_install_needed), C(vllm_install_wanted), ..., C(vllm_build_release));
-    and C(preflight_passed).
+    with O(converged), C(vllm_fleet_converged_inputs); and C(preflight_passed).
   returned: success
   type: dict
 problems:

@@ -1,0 +1,158 @@
+"""The converged record: the decision to skip a host, and the witnesses read on the host (real files)."""
+
+import json
+import os
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm.cpu_fleet.plugins.filter.vllm_converged import vllm_converged_decide
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import (
+    decide,
+    digest,
+    read_record,
+    tree_signature,
+    write_record,
+)
+
+OWN, LB, LB2 = "a" * 64, "b" * 64, "c" * 64
+
+
+def recorded(own=OWN, peers=None, drift=()):
+    return {"inputs": {"own": own, "peers": {"lb": LB} if peers is None else peers}, "drift": list(drift), "reason": ""}
+
+
+def test_digest_does_not_depend_on_dict_order():
+    assert digest({"a": 1, "b": [1, 2]}) == digest({"b": [1, 2], "a": 1})
+    assert digest({"a": 1}) != digest({"a": "1"})
+
+
+def test_a_host_whose_inputs_and_peers_are_as_recorded_is_skipped():
+    out = decide(OWN, {"lb": LB}, recorded())
+    assert out == {
+        "inputs": {"own": OWN, "peers": {"lb": LB}},
+        "converged": True,
+        "reason": "unchanged since the last run",
+        "forget": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("own", "peers", "record", "reason"),
+    [
+        (OWN, {"lb": LB}, {"inputs": None, "drift": [], "reason": "no converged record"}, "no converged record"),
+        ("d" * 64, {"lb": LB}, recorded(), "its own inputs changed since the last run"),
+        (OWN, {"lb": LB2}, recorded(), "inputs of its peers changed since the last run: lb"),
+        (OWN, {"lb": LB, "lb2": LB2}, recorded(), "inputs of its peers changed since the last run: lb2"),
+        (OWN, {}, recorded(), "inputs of its peers changed since the last run: lb"),
+        (OWN, {"lb2": None}, recorded(peers={}), "peers not in this run and not recorded: lb2"),
+        (OWN, {"lb": LB}, recorded(drift=["/etc/vllm/a.env was changed"]), "/etc/vllm/a.env was changed"),
+    ],
+)
+def test_anything_else_converges_the_host(own, peers, record, reason):
+    out = decide(own, peers, record)
+    assert not out["converged"]
+    assert reason in out["reason"]
+    # A record that no longer describes the host goes before the first change; no record: nothing to remove.
+    assert out["forget"] is bool(record["inputs"])
+
+
+def test_a_peer_outside_the_run_stands_at_its_recorded_digest():
+    out = decide(OWN, {"lb": None}, recorded())
+    assert out["converged"]
+    assert out["inputs"]["peers"] == {"lb": LB}
+
+
+def test_full_converge_runs_the_host_but_keeps_a_record_that_still_holds():
+    out = decide(OWN, {"lb": LB}, recorded(), full_converge=True)
+    assert (out["converged"], out["forget"], out["reason"]) == (False, False, "vllm_fleet_full_converge is set")
+    out = decide("d" * 64, {"lb": LB}, recorded(), full_converge=True)
+    assert (out["converged"], out["forget"]) == (False, True)
+
+
+def test_the_filter_reads_the_preflight_fact_and_names_the_host_when_it_is_not_that():
+    fact = {"own": OWN, "peers": ["lb"], "recorded": recorded(), "full_converge": False}
+    assert vllm_converged_decide(fact, {"lb": LB})["converged"]
+    assert vllm_converged_decide(fact, {"lb": None})["converged"]  # lb not in this run: its recorded digest stands
+    assert not vllm_converged_decide(fact, {"lb": LB2})["converged"]
+    with pytest.raises(AnsibleFilterError, match=r"^web1: vllm_fleet_converged_inputs .*fix: run playbooks/"):
+        vllm_converged_decide({"peers": []}, {}, "web1")
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A small host tree: a config directory, a model tree and the active-version link."""
+    etc = tmp_path / "etc" / "vllm"
+    etc.mkdir(parents=True)
+    (etc / "vllm-0.env").write_text("VLLM_CPU_KVCACHE_SPACE=1\n")
+    (etc / "plan.json").write_text("{}\n")
+    model = tmp_path / "models" / "tiny"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (tmp_path / "opt-1").mkdir()
+    (tmp_path / "current").symlink_to(tmp_path / "opt-1")
+    spec = {"files": [str(etc)], "trees": [str(model)], "links": [str(tmp_path / "current")], "units": []}
+    return tmp_path, spec
+
+
+def test_a_written_record_reads_back_with_no_drift_and_is_written_once(host):
+    root, spec = host
+    record = root / "state" / "converged.json"
+    inputs = {"own": OWN, "peers": {}}
+    changed, witness = write_record(str(record), inputs, spec)
+    assert changed
+    assert sorted(witness["files"]) == [str(root / "etc/vllm/plan.json"), str(root / "etc/vllm/vllm-0.env")]
+    assert oct(record.stat().st_mode & 0o777) == "0o600"
+    assert read_record(str(record)) == {"inputs": inputs, "drift": [], "reason": ""}
+    assert write_record(str(record), inputs, spec)[0] is False
+    assert write_record(str(record), {"own": LB, "peers": {}}, spec, check=True)[0] is True
+    assert json.loads(record.read_text())["inputs"] == inputs  # check mode wrote nothing
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda root: (root / "etc/vllm/vllm-0.env").write_text("edited\n"), "vllm-0.env was changed"),
+        (lambda root: (root / "etc/vllm/plan.json").unlink(), "plan.json is gone"),
+        (lambda root: (root / "etc/vllm/extra.env").write_text("x"), "extra.env is new"),
+        (lambda root: (root / "models/tiny/config.json").write_text("{1}"), "the files under"),
+        (lambda root: (root / "models/tiny/weights.bin").write_text(""), "the files under"),
+        (lambda root: ((root / "current").unlink(), (root / "current").symlink_to(root)), "no longer points at"),
+    ],
+)
+def test_every_kind_of_change_on_the_host_is_drift(host, change, said):
+    root, spec = host
+    record = root / "converged.json"
+    write_record(str(record), {"own": OWN, "peers": {}}, spec)
+    change(root)
+    out = read_record(str(record))
+    assert out["inputs"] == {"own": OWN, "peers": {}}
+    assert len(out["drift"]) == 1
+    assert said in out["drift"][0]
+    assert not decide(OWN, {}, out)["converged"]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [(None, "no converged record"), ("{", "is unreadable"), ('{"format": 0, "inputs": {}}', "has another format")],
+)
+def test_a_missing_unreadable_or_foreign_record_is_no_record(tmp_path, text, reason):
+    path = tmp_path / "converged.json"
+    if text is not None:
+        path.write_text(text)
+    out = read_record(str(path))
+    assert out["inputs"] is None
+    assert reason in out["reason"]
+    assert decide(OWN, {}, out)["reason"] == out["reason"]
+
+
+def test_the_tree_signature_sees_size_and_time_and_skips_caches(tmp_path):
+    (tmp_path / "a.py").write_text("x")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "a.pyc").write_text("y")
+    first = tree_signature(tmp_path, ("__pycache__",))
+    assert [entry[0] for entry in first] == ["a.py"]
+    os.utime(tmp_path / "a.py", ns=(1, 1))
+    assert tree_signature(tmp_path, ("__pycache__",)) != first
+    assert tree_signature(tmp_path / "missing") == []
+    (tmp_path / "README.md").write_text("z")
+    assert [entry[0] for entry in tree_signature(tmp_path, ("__pycache__",), (".md",))] == ["a.py"]
