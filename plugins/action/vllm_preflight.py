@@ -246,7 +246,8 @@ class ActionModule(ActionBase):
                     for part in COLLECTION_PARTS
                 ],
                 "sections": sections,
-                "options": v,
+                # Forcing a full run is not an input: the record it keeps or writes is the same.
+                "options": {name: value for name, value in v.items() if name != "vllm_fleet_full_converge"},
                 "plan": host_plan,
                 "facts_key": facts.get("vllm_cpu_key"),
                 "os": {name: facts.get(name) for name in OS_FACTS},

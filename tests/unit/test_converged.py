@@ -156,3 +156,18 @@ def test_the_tree_signature_sees_size_and_time_and_skips_caches(tmp_path):
     assert tree_signature(tmp_path / "missing") == []
     (tmp_path / "README.md").write_text("z")
     assert [entry[0] for entry in tree_signature(tmp_path, ("__pycache__",), (".md",))] == ["a.py"]
+
+
+def test_the_own_digest_holds_every_option_but_the_full_converge_switch():
+    from ansible_collections.vllm.cpu_fleet.plugins.action.vllm_preflight import ActionModule
+
+    v = {"vllm_service_port": 8000, "vllm_fleet_full_converge": False, "vllm_service_model_source": "hub"}
+    facts = {"vllm_cpu_key": "k", "distribution": "Debian"}
+
+    def own(**changes):
+        return ActionModule._own_digest(["plan"], {**v, **changes}, facts, {"instances": []}, {})
+
+    assert own(vllm_fleet_full_converge=True) == own()
+    assert own(vllm_service_port=8001) != own()
+    assert ActionModule._own_digest(["plan"], v, {**facts, "vllm_cpu_key": "k2"}, {"instances": []}, {}) != own()
+    assert ActionModule._own_digest(["plan"], v, facts, {"instances": [1]}, {}) != own()
