@@ -113,7 +113,11 @@ class ActionModule(ActionBase):
     def _sections(self, host, task_vars, merged, templar):
         groups = task_vars.get("groups", {})
         is_vllm_host = host in groups.get("vllm_hosts", [])
-        sections = ["plan", "toolchain"]
+        # A load balancer is not planned: its inputs are typed here, its checks are its role's tasks.
+        balances = ["loadbalancer"] if host in groups.get("loadbalancers", []) else []
+        if balances and not is_vllm_host and host not in groups.get("builders", []):
+            return balances
+        sections = ["plan", "toolchain", *balances]
         builders = groups.get("builders", [])
         if templar.template(merged.get("vllm_install_source", "index")) == "wheel" and (
             host in builders or not builders

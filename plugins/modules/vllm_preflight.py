@@ -27,7 +27,8 @@ options:
         does not set C(preflight_passed)).
       - Unset, the host's groups decide, as the preflight play needs - V(plan) and V(toolchain) for every host,
         V(build_host) for the host that builds (a host of C(builders), or each vLLM host without such a group) when
-        C(vllm_install_source) is V(wheel), V(install), V(service) and V(rollout) for hosts of C(vllm_hosts).
+        C(vllm_install_source) is V(wheel), V(install), V(service) and V(rollout) for hosts of C(vllm_hosts),
+        V(loadbalancer) for hosts of C(loadbalancers) (alone, unless the host is also a vLLM host or a builder).
     type: list
     elements: str
     choices: [plan, toolchain, build_host, install, service, rollout, loadbalancer]
