@@ -1,5 +1,6 @@
 """Action plugin vllm.cpu_fleet.vllm_preflight (documented in plugins/modules/vllm_preflight.py)."""
 
+import functools
 from pathlib import Path
 from typing import ClassVar
 
@@ -70,6 +71,35 @@ def _trusted(value):
     return value
 
 
+@functools.cache
+def _role_file(role, name):
+    """A YAML file of the collection's roles, parsed once per process: plain YAML in C (a tenth of Ansible's loader's
+    time). Callers only read it."""
+    path = ROLES / role / name
+    if not path.is_file():
+        return {}
+    with path.open(encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=_YAML_LOADER) or {}
+
+
+@functools.cache
+def _role_vars(role, name):
+    """A role's defaults or vars file, trusted as templates."""
+    return _trusted(_role_file(role, name))
+
+
+def _options(role):
+    return _role_file(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+
+
+# Read now, at import: Ansible imports this plugin in its main process (the strategy loads the class before it
+# queues the task) and forks a worker per host, so every host's run inherits them instead of reading ~20 files.
+for _role in (SHARED_ROLE, *SECTION_ROLES.values()):
+    _role_vars(_role, "defaults/main.yml")
+    _role_vars(_role, "vars/main.yml")
+    _options(_role)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     ARGUMENT_SPEC: ClassVar[dict] = {
@@ -80,29 +110,28 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
     @staticmethod
-    def _role_file(role, name, trusted=True):
-        """A YAML file of the collection's roles: plain YAML parsed in C (a tenth of Ansible's loader's time)."""
-        path = ROLES / role / name
-        if not path.is_file():
-            return {}
-        with path.open(encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=_YAML_LOADER) or {}
-        return _trusted(data) if trusted else data
-
-    def _variables(self, task_vars, roles):
+    def _variables(task_vars, roles):
         """task_vars over the roles' vars and defaults: in a role's own task they are there already."""
         merged = {}
         for role in (SHARED_ROLE, *roles):
-            merged.update(self._role_file(role, "defaults/main.yml"))
+            merged.update(_role_vars(role, "defaults/main.yml"))
         for role in roles:
-            merged.update(self._role_file(role, "vars/main.yml"))
+            merged.update(_role_vars(role, "vars/main.yml"))
         merged.update(task_vars)
         return merged
 
-    def _typed(self, host, role, merged, templar):
-        """The role's variables templated and typed by its argument spec: (values, problems)."""
-        options = self._role_file(role, "meta/argument_specs.yml", trusted=False)["argument_specs"]["main"]["options"]
-        provided = {name: templar.template(merged[name]) for name in options if name in merged}
+    @staticmethod
+    def _typed(host, role, merged, templar):
+        """The role's variables templated and typed by its argument spec: (values, problems).
+
+        Each value rendered goes back into merged (templar's variables): a later template that references it reads
+        the value instead of rendering it again (Ansible renders a variable anew at every reference).
+        """
+        options = _options(role)
+        provided = {}
+        for name in options:
+            if name in merged:
+                merged[name] = provided[name] = templar.template(merged[name])
         result = ArgumentSpecValidator(options).validate(provided)
         problems = [
             f"{host}: {message}; fix: give it the type roles/{role}/meta/argument_specs.yml names"

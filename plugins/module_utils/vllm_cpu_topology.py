@@ -650,6 +650,30 @@ def facts_key(root="/", arch=None, numa="strict"):
     return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()
 
 
+def read_text(path, limit):
+    """The first ``limit`` characters of a file as ``open(path, encoding="utf-8", errors="replace")`` reads them.
+
+    Bytes read raw and decoded once, with text mode's universal newlines: a large machine's tree is about 1,500
+    small files, and text mode's buffers and decoder cost several times the read itself. At most 4 bytes per
+    character are read. Exact for a file of fewer than ``limit`` characters; a longer one gives ``limit`` of them.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks, size, cap = [], 0, 4 * limit
+        while size < cap:
+            chunk = os.read(fd, min(cap - size, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text[:limit]
+
+
 class _Reader:
     """File access confined to root, turning every failure into TopologyError."""
 
@@ -677,8 +701,7 @@ class _Reader:
     def text(self, rel, optional=False):
         path = self.path(rel)
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                text = handle.read(MAX_FILE_CHARS + 1)
+            text = read_text(path, MAX_FILE_CHARS + 1)
         except FileNotFoundError:
             if optional:
                 return None

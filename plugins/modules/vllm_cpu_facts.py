@@ -225,13 +225,12 @@ ansible_facts:
 """
 
 # Ansible modules keep their imports below the documentation strings.
+import importlib.util  # noqa: E402
 import platform  # noqa: E402
 import re  # noqa: E402
+import sys  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.facts import ansible_collector, default_collectors  # noqa: E402
-from ansible.module_utils.facts.system.distribution import DistributionFactCollector  # noqa: E402
-from ansible.module_utils.facts.system.python import PythonFactCollector  # noqa: E402
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import (  # noqa: E402
     NUMA_MODES,
     TopologyError,
@@ -277,8 +276,25 @@ def main():
     module.exit_json(changed=False, cached=False, ansible_facts=facts, **extra)
 
 
+def _facts_package():
+    """Make ansible.module_utils.facts importable without running its __init__.
+
+    That __init__ imports every collector of every platform (its old ansible_facts API): some 120 files,
+    which Python compiles on every run from AnsiballZ's zip (it caches no bytecode there), a large part
+    of this module's cost. Registering the package's module unexecuted lets only the collectors used
+    here be imported. A process that already imported the package (setup's, a test's) keeps it.
+    """
+    name = "ansible.module_utils.facts"
+    if name not in sys.modules:
+        sys.modules[name] = importlib.util.module_from_spec(importlib.util.find_spec(name))
+
+
 def os_facts(module):
     """The facts of setup's distribution and python subsets, and its architecture (its rule on Linux)."""
+    _facts_package()
+    from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+    from ansible.module_utils.facts.system.python import PythonFactCollector
+
     facts = DistributionFactCollector().collect(module=module)
     facts.update(PythonFactCollector().collect(module=module))
     machine = platform.machine()
@@ -290,13 +306,35 @@ def setup_facts(module, subsets):
     """What setup returns for gather_subset=!all,!min,<subsets>, unprefixed; {} for none."""
     if not subsets:
         return {}
+    _facts_package()
+    from ansible.module_utils.facts import ansible_collector
+
     collector = ansible_collector.get_ansible_collector(
-        all_collector_classes=default_collectors.collectors,
+        all_collector_classes=collector_classes(),
         gather_subset=["!all", "!min", *subsets],
         gather_timeout=10,
         minimal_gather_subset=frozenset(),
     )
     return collector.collect(module=module)
+
+
+def collector_classes():
+    """The collectors setup chooses from for the subsets of gather_subset (and the ones they require).
+
+    On Linux, where the module runs (it reads /proc and /sys), only these: setup picks the same ones from its
+    full list (tests/unit/test_facts_collectors.py compares), without importing every platform's.
+    """
+    _facts_package()
+    if platform.system() != "Linux":
+        from ansible.module_utils.facts import default_collectors
+
+        return default_collectors.collectors
+    from ansible.module_utils.facts.network.linux import LinuxNetworkCollector
+    from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+    from ansible.module_utils.facts.system.platform import PlatformFactCollector
+    from ansible.module_utils.facts.system.systemd import SystemdFactCollector
+
+    return [PlatformFactCollector, DistributionFactCollector, SystemdFactCollector, LinuxNetworkCollector]
 
 
 if __name__ == "__main__":

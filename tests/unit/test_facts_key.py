@@ -2,7 +2,6 @@
 whenever read_cpu_facts could return something else without a reboot, and stay
 put otherwise (or the cache never hits)."""
 
-import builtins
 import os
 import re
 
@@ -36,15 +35,17 @@ def write(root, rel, text):
 def test_every_file_the_facts_read_is_in_the_key_or_needs_a_reboot(machine_root, monkeypatch, name):
     root = machine_root(name)
     opened = []
-    real_open = builtins.open
+    real_open = os.open
 
     def recording_open(path, *args, **kwargs):
         opened.append(os.path.relpath(path, root))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", recording_open)
+    # The reader opens files with os.open (vllm_cpu_topology.read_text).
+    monkeypatch.setattr(os, "open", recording_open)
     read_cpu_facts(str(root))
     monkeypatch.undo()
+    assert "proc/cpuinfo" in opened
     keyed = {rel for rel, _ in KEY_FILES}
     unkeyed = [rel for rel in opened if rel not in keyed and not HARDWARE_ONLY.fullmatch(rel)]
     # Node meminfo is keyed by facts_key itself (one line per node).

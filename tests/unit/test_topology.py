@@ -1,6 +1,7 @@
 import shutil
 
 import pytest
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_topology
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import (
     ISA_KEYS,
     TopologyError,
@@ -15,6 +16,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology i
     parse_memory_limit,
     parse_status_cpus,
     read_cpu_facts,
+    read_text,
 )
 from ansible_collections.vllm.cpu_fleet.tests.conftest import MACHINE_NAMES, load_expected_facts
 
@@ -337,3 +339,45 @@ def test_group_cores_needs_siblings_to_agree():
     # core_id unknown: the sibling list alone decides; offline siblings ignored.
     assert group_cores({0: (0, None, [0, 2, 9]), 2: (0, None, [0, 2, 9]), 1: (0, None, [1])}) == [[0, 2], [1]]
     assert group_cores({4: (None, None, None), 5: (None, None, None)}) == [[4], [5]]
+
+
+# Line ends of every kind, bad UTF-8 (also cut short at the end), a BOM, multi-byte characters.
+TEXT_MODE_SAMPLES = [
+    b"",
+    b"0-3\n",
+    b"0-3\r\n4\r5\n\r",
+    b"\xff\xfe0-1\n",
+    b"\xef\xbb\xbf0-1\n",
+    "\u0663\uff13 \U0001f600\n".encode(),
+    "ab\u00e9".encode()[:-1],
+    b"x" * 70000 + b"\r",
+]
+
+
+@pytest.mark.parametrize("data", TEXT_MODE_SAMPLES)
+def test_read_text_reads_what_text_mode_reads(tmp_path, data):
+    path = tmp_path / "file"
+    path.write_bytes(data)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        expected = handle.read()
+    assert read_text(path, len(expected) + 1) == expected
+    assert read_text(path, 2) == expected[:2]
+
+
+def test_read_text_fails_as_open_does(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        read_text(tmp_path / "missing", 10)
+    with pytest.raises(IsADirectoryError):
+        read_text(tmp_path, 10)
+
+
+@pytest.mark.parametrize("chars, refused", [(8, False), (9, True)])
+def test_a_file_over_the_size_limit_is_refused(tmp_path, monkeypatch, chars, refused):
+    monkeypatch.setattr(vllm_cpu_topology, "MAX_FILE_CHARS", 8)
+    (tmp_path / "online").write_text("0" * (chars - 1) + "\n")
+    reader = vllm_cpu_topology._Reader(str(tmp_path))
+    if refused:
+        with pytest.raises(TopologyError, match="larger than"):
+            reader.text("online")
+    else:
+        assert reader.text("online") == "0" * (chars - 1) + "\n"

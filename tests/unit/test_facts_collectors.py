@@ -1,0 +1,46 @@
+"""vllm_cpu_facts imports only the fact collectors it runs, and they are the ones setup would run."""
+
+import itertools
+import platform
+import subprocess
+import sys
+
+import pytest
+from ansible.module_utils.facts import collector, default_collectors
+from ansible_collections.vllm.cpu_fleet.plugins.modules import vllm_cpu_facts
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
+
+SUBSETS = ["network", "systemd"]
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="the short list is Linux's")
+@pytest.mark.parametrize("subsets", [list(c) for n in range(3) for c in itertools.permutations(SUBSETS, n)])
+def test_setup_would_pick_the_same_collectors_from_its_full_list(subsets):
+    def picked(classes):
+        return collector.collector_classes_from_gather_subset(
+            all_collector_classes=classes,
+            minimal_gather_subset=frozenset(),
+            gather_subset=["!all", "!min", *subsets],
+            gather_timeout=10,
+        )
+
+    assert picked(vllm_cpu_facts.collector_classes()) == picked(default_collectors.collectors)
+
+
+def test_the_module_does_not_import_every_collector():
+    # A fresh interpreter, as a module run is: the package's __init__ (and with it default_collectors and
+    # every platform's collectors) must stay unimported.
+    code = """
+import sys
+from ansible_collections.vllm.cpu_fleet.plugins.modules import vllm_cpu_facts as m
+m.collector_classes()
+loaded = sorted(name for name in sys.modules if name.startswith("ansible.module_utils.facts"))
+print("\\n".join(loaded))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO / "collections", capture_output=True, text=True, check=True
+    )
+    loaded = done.stdout.split()
+    assert "ansible.module_utils.facts.network.linux" in loaded
+    for unwanted in ("compat", "default_collectors", "hardware.linux", "network.darwin", "virtual.linux"):
+        assert f"ansible.module_utils.facts.{unwanted}" not in loaded
