@@ -260,6 +260,7 @@ class ActionModule(ActionBase):
                 "peers": self._peers(host, sections, v, groups=task_vars.get("groups", {})),
                 "recorded": recorded,
                 "full_converge": v["vllm_fleet_full_converge"],
+                "record": v["vllm_fleet_converged_record"],
                 "installs_wheel": "service" in sections and v["vllm_install_source"] == "wheel",
             }
         # A load balancer's checks are its role's tasks, after the backends planned: they mark it.
