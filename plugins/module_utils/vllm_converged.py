@@ -90,6 +90,31 @@ def decide(own, peers, recorded, full_converge=False):
     }
 
 
+def decide_fleet(inputs_by_host, builders=()):
+    """Every host's decision at once: {host: decide(...)}.
+
+    inputs_by_host: {host: its vllm_fleet_converged_inputs} for the hosts of this run; a peer missing from it is
+    outside the run (--limit). A builder changes while any changing host installs the wheels builders make.
+    """
+    own = {host: inputs["own"] for host, inputs in inputs_by_host.items()}
+    decisions = {
+        host: decide(
+            inputs["own"],
+            {peer: own.get(peer) for peer in inputs["peers"]},
+            inputs.get("recorded"),
+            bool(inputs.get("full_converge")),
+        )
+        for host, inputs in sorted(inputs_by_host.items())
+    }
+    wheel_hosts = [h for h, d in decisions.items() if not d["converged"] and inputs_by_host[h].get("installs_wheel")]
+    if wheel_hosts:
+        named = ", ".join(wheel_hosts[:5]) + (f" and {len(wheel_hosts) - 5} more" if len(wheel_hosts) > 5 else "")
+        for builder in builders:
+            if decisions.get(builder, {}).get("converged"):
+                decisions[builder] = dict(decisions[builder], converged=False, reason="builds for " + named)
+    return decisions
+
+
 # ---- on the host (standard library only) ----
 
 

@@ -8,6 +8,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm.cpu_fleet.plugins.filter.vllm_converged import vllm_converged_decide
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import (
     decide,
+    decide_fleet,
     digest,
     read_record,
     tree_signature,
@@ -69,13 +70,63 @@ def test_full_converge_runs_the_host_but_keeps_a_record_that_still_holds():
     assert (out["converged"], out["forget"]) == (False, True)
 
 
-def test_the_filter_reads_the_preflight_fact_and_names_the_host_when_it_is_not_that():
-    fact = {"own": OWN, "peers": ["lb"], "recorded": recorded(), "full_converge": False}
-    assert vllm_converged_decide(fact, {"lb": LB})["converged"]
-    assert vllm_converged_decide(fact, {"lb": None})["converged"]  # lb not in this run: its recorded digest stands
-    assert not vllm_converged_decide(fact, {"lb": LB2})["converged"]
-    with pytest.raises(AnsibleFilterError, match=r"^web1: vllm_fleet_converged_inputs .*fix: run playbooks/"):
-        vllm_converged_decide({"peers": []}, {}, "web1")
+def fleet_inputs(lb_own=LB, vllm_own=OWN, builder_own="e" * 64, full_converge=False):
+    """One vLLM host that installs built wheels, its load balancer and a builder, each with a matching record."""
+    return {
+        "vllm1": {
+            "own": vllm_own,
+            "peers": ["lb", "builder"],
+            "recorded": recorded(peers={"lb": LB, "builder": "e" * 64}),
+            "installs_wheel": True,
+            "full_converge": full_converge,
+        },
+        "lb": {"own": lb_own, "peers": ["vllm1"], "recorded": recorded(LB, {"vllm1": OWN})},
+        "builder": {"own": builder_own, "peers": [], "recorded": recorded("e" * 64, {})},
+    }
+
+
+def test_the_fleet_decision_skips_every_host_whose_record_holds():
+    out = decide_fleet(fleet_inputs(), ["builder"])
+    assert {host: d["converged"] for host, d in out.items()} == {"vllm1": True, "lb": True, "builder": True}
+
+
+def test_a_changed_load_balancer_converges_its_backends_and_their_builder():
+    out = decide_fleet(fleet_inputs(lb_own=LB2), ["builder"])
+    assert out["lb"]["reason"] == "its own inputs changed since the last run"
+    assert out["vllm1"]["reason"] == "inputs of its peers changed since the last run: lb"
+    # vllm1's install runs and takes its wheel from the build play, whose manifest makes the build itself a no-op.
+    assert (out["builder"]["converged"], out["builder"]["reason"]) == (False, "builds for vllm1")
+
+
+def test_a_builder_converges_while_a_changing_host_installs_its_wheels():
+    out = decide_fleet(fleet_inputs(vllm_own=OWN[:-1] + "f"), ["builder"])
+    assert (out["builder"]["converged"], out["builder"]["reason"]) == (False, "builds for vllm1")
+    assert not out["builder"]["forget"]  # its own record still describes it
+
+
+def test_the_fleet_decision_takes_a_peer_outside_the_run_at_its_recorded_digest():
+    inputs = fleet_inputs()
+    del inputs["lb"]
+    out = decide_fleet(inputs, ["builder"])
+    assert out["vllm1"]["converged"]
+    assert out["vllm1"]["inputs"]["peers"]["lb"] == LB
+
+
+def test_the_builder_names_at_most_five_hosts_it_builds_for():
+    template = fleet_inputs(vllm_own="f" * 64)["vllm1"]
+    inputs = {f"vllm{i:02d}": dict(template) for i in range(8)}
+    inputs["builder"] = fleet_inputs()["builder"]
+    out = decide_fleet(inputs, ["builder"])
+    assert out["builder"]["reason"] == "builds for vllm00, vllm01, vllm02, vllm03, vllm04 and 3 more"
+
+
+def test_the_filter_reads_each_hosts_preflight_fact_and_names_a_host_without_one():
+    hostvars = {host: {"vllm_fleet_converged_inputs": fact} for host, fact in fleet_inputs().items()}
+    out = vllm_converged_decide(hostvars, ["vllm1", "lb", "builder"], ["builder"])
+    assert all(d["converged"] for d in out.values())
+    hostvars["lb"] = {}
+    with pytest.raises(AnsibleFilterError, match=r"^lb: vllm_fleet_converged_inputs is not what .*fix: run the"):
+        vllm_converged_decide(hostvars, ["vllm1", "lb"], [])
 
 
 @pytest.fixture
