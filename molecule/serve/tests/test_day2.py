@@ -20,7 +20,7 @@ OLD_API_KEY = "serve-key-a"
 LB_URL = "https://10.88.250.50:8080"
 CA_FILE = Path(__file__).resolve().parents[3] / ".cache/tls/ca.crt"
 EXPECTED_STEPS = ["1-key-rotation", "2-rotation-end-and-knobs", "3-drain-fails", "4-gate-fails",
-                  "5a-reinstall-host-lost", "5b-recovery"]
+                  "5a-reinstall-host-lost", "5b-recovery", "6a-noop", "6b-drift"]
 
 
 def lb_status(path, key, body=None):
