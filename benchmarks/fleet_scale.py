@@ -6,7 +6,9 @@ Run from the repo root:
 Every host is this machine (ansible_connection=local) reading one of several recorded machine
 trees (tests/fixtures/machines, through vllm_plan_facts_root), so the figures are the
 controller's: Ansible's per-host and per-task cost, module start-up, the planner. For each N it
-runs, one after the other: an empty play, a ping play, the facts-and-plan part of site.yml (its
+runs, one after the other: an empty play, a ping play, the facts module alone with preflight's
+subsets (the host's part of preflight: on these fake hosts it runs on the controller's CPUs too, so
+preflight minus this row is the controller's own work), the facts-and-plan part of site.yml (its
 plays before the toolchain play: preflight, and the plan play where there is one) and
 playbooks/facts.yml, then both again with Ansible's jsonfile fact cache (a cold run fills it, the
 timed warm runs confirm each host's cached facts by their key), and reports wall time, the
@@ -110,6 +112,29 @@ def playbooks(work):
             ]
         )
     )
+    # The host's part of preflight: the facts module with preflight's subsets and nothing on the controller.
+    # On these fake hosts it runs on the controller's CPUs; preflight minus it is the controller's own work.
+    facts_module = work / "facts_module.yml"
+    facts_module.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Facts module alone",
+                    "hosts": "vllm_hosts",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Read the facts",
+                            "vllm.cpu_fleet.vllm_cpu_facts": {
+                                "root": "{{ vllm_plan_facts_root }}",
+                                "gather_subset": ["network", "systemd"],
+                            },
+                        }
+                    ],
+                }
+            ]
+        )
+    )
     site, site_plays = site_facts_and_plan(work)
     site_name = f"site.yml facts+plan ({site_plays} {'entry' if site_plays == 1 else 'entries'} before toolchain)"
     facts = REPO / "playbooks" / "facts.yml"
@@ -118,6 +143,7 @@ def playbooks(work):
     return [
         ("empty play", empty, None, True),
         ("ping play", ping, None, True),
+        ("vllm_cpu_facts alone (the host's part of preflight)", facts_module, None, True),
         (site_name, site, None, True),
         ("playbooks/facts.yml", facts, None, True),
         ("facts.yml, filling the jsonfile fact cache", facts, cache, False),

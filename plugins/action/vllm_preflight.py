@@ -1,13 +1,14 @@
 """Action plugin vllm.cpu_fleet.vllm_preflight (documented in plugins/modules/vllm_preflight.py)."""
 
 import functools
+import re
 from pathlib import Path
 from typing import ClassVar
 
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
-from ansible.template import trust_as_template
+from ansible.template import is_trusted_as_template, trust_as_template
 from ansible.utils.display import Display
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_converged
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
@@ -58,6 +59,10 @@ display = Display()
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # The shared values (vllm_install_source, loadbalancer_port, ...): every section may read them.
 SHARED_ROLE = "vllm_fleet"
+# A template that only names a variable ("{{ vllm_plan_tp }}"): half of what the roles' defaults hold.
+_REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# Deeper than any chain of references in the roles: a loop (a: "{{ b }}", b: "{{ a }}") goes to Ansible, which says so.
+_MAX_REFERENCES = 20
 
 
 def _trusted(value):
@@ -86,6 +91,21 @@ def _role_file(role, name):
 def _role_vars(role, name):
     """A role's defaults or vars file, trusted as templates."""
     return _trusted(_role_file(role, name))
+
+
+def _render(templar, variables, value, depth=0):
+    """templar.template(value), without compiling a template for a trusted string that only names a variable:
+    it takes that variable's rendered value, as Jinja would. A compile costs milliseconds and Ansible keeps no
+    compiled template across the workers it forks per host, so this is most of the action's own time."""
+    if isinstance(value, str):
+        match = _REFERENCE.fullmatch(value)
+        if match and match[1] in variables and depth < _MAX_REFERENCES and is_trusted_as_template(value):
+            return _render(templar, variables, variables[match[1]], depth + 1)
+    elif isinstance(value, dict):
+        return {key: _render(templar, variables, item, depth) for key, item in value.items()}
+    elif isinstance(value, list):
+        return [_render(templar, variables, item, depth) for item in value]
+    return templar.template(value)
 
 
 def _options(role):
@@ -131,7 +151,7 @@ class ActionModule(ActionBase):
         provided = {}
         for name in options:
             if name in merged:
-                merged[name] = provided[name] = templar.template(merged[name])
+                merged[name] = provided[name] = _render(templar, merged, merged[name])
         result = ArgumentSpecValidator(options).validate(provided)
         problems = [
             f"{host}: {message}; fix: give it the type roles/{role}/meta/argument_specs.yml names"
@@ -148,7 +168,7 @@ class ActionModule(ActionBase):
             return balances
         sections = ["plan", "toolchain", *balances]
         builders = groups.get("builders", [])
-        if templar.template(merged.get("vllm_install_source", "index")) == "wheel" and (
+        if _render(templar, merged, merged.get("vllm_install_source", "index")) == "wheel" and (
             host in builders or not builders
         ):
             sections.append("build_host")
@@ -175,7 +195,7 @@ class ActionModule(ActionBase):
         # model argument (derived in its vars/main.yml).
         for name in ("vllm_release_overrides", "vllm_service_model_arg"):
             if name in merged:
-                v[name] = templar.template(merged[name])
+                v[name] = _render(templar, merged, merged[name])
         if problems:
             # Wrong types make every later check guess: say them first, alone.
             return self._fail(result, problems)
@@ -200,7 +220,7 @@ class ActionModule(ActionBase):
 
         host_plan = None
         if "plan" in sections:
-            options = templar.template(merged["vllm_plan_options"])
+            options = _render(templar, merged, merged["vllm_plan_options"])
             overrides = options.pop("release_overrides", None) or {}
             try:
                 with release_overrides(overrides):
@@ -326,8 +346,8 @@ class ActionModule(ActionBase):
     def _read_host(self, merged, templar, facts, probe, gather_subset, task_vars):
         """One run of vllm_cpu_facts: the facts (or the cached ones confirmed by their key) and the probe's answers."""
         args = {
-            "root": templar.template(merged.get("vllm_plan_facts_root", "/")),
-            "numa": templar.template(merged.get("vllm_plan_numa", "strict")),
+            "root": _render(templar, merged, merged.get("vllm_plan_facts_root", "/")),
+            "numa": _render(templar, merged, merged.get("vllm_plan_numa", "strict")),
             "gather_subset": gather_subset,
         }
         if "vllm_cpu" in facts and "vllm_cpu_key" in facts:

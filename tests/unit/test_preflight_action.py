@@ -3,6 +3,7 @@
 import copy
 
 import pytest
+from ansible.errors import AnsibleTemplateError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
@@ -53,3 +54,55 @@ def test_validation_leaves_the_cached_argument_spec_alone(role):
     before = copy.deepcopy(options)
     ArgumentSpecValidator(options).validate({name: "x" for name in options})
     assert options == before
+
+
+def _renders(variables):
+    templar = Templar(loader=DataLoader(), variables={}).copy_with_new_env(available_variables=variables)
+    return templar, lambda value: action._render(templar, variables, value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "{{ tp }}",
+        "{{tp}}",
+        "{{ chain }}",
+        "{{ options }}",
+        "{{ tp | int + 1 }}",
+        "{{ missing | default('none') }}",
+        "{{ base }}/cache",
+        {"tp": "{{ tp }}", "nested": ["{{ chain }}", 3, None]},
+        ["{{ options }}", "plain"],
+        "plain",
+        7,
+        None,
+    ],
+)
+def test_render_gives_what_ansible_renders(value):
+    trusted = action._trusted(value)
+    variables = action._trusted(
+        {"tp": "4", "base": "/srv", "chain": "{{ tp }}", "options": {"mode": "{{ chain }}", "n": 2}}
+    )
+    templar, render = _renders(variables)
+    assert render(trusted) == templar.template(trusted)
+    assert type(render(trusted)) is type(templar.template(trusted))
+
+
+def test_render_leaves_an_untrusted_reference_alone_as_ansible_does():
+    templar, render = _renders({"tp": "4"})
+    assert render("{{ tp }}") == templar.template("{{ tp }}") == "{{ tp }}"
+
+
+def test_render_compiles_no_template_for_a_reference(monkeypatch):
+    templar, render = _renders(action._trusted({"tp": "{{ chain }}", "chain": "4"}))
+    monkeypatch.setattr(
+        templar, "template", lambda value: pytest.fail(f"compiled {value!r}") if "{{" in value else value
+    )
+    assert render(trust_as_template("{{ tp }}")) == "4"
+
+
+def test_render_hands_a_reference_loop_to_ansible_which_names_it():
+    variables = action._trusted({"a": "{{ b }}", "b": "{{ a }}"})
+    _, render = _renders(variables)
+    with pytest.raises(AnsibleTemplateError, match=r"^Recursive loop detected in template"):
+        render(trust_as_template("{{ a }}"))
