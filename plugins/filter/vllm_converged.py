@@ -4,7 +4,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import decide_fleet
 
 
-def vllm_converged_decide(hostvars, hosts, builders=()):
+def vllm_converged_decide(hostvars, hosts, builders=None):
     """{host: decision} for the hosts of this run, from each one's vllm_fleet_converged_inputs fact."""
     inputs = {}
     for host in hosts:
@@ -16,7 +16,7 @@ def vllm_converged_decide(hostvars, hosts, builders=()):
                 "on every host first, in the same run"
             )
         inputs[host] = fact
-    return decide_fleet(inputs, [str(builder) for builder in builders])
+    return decide_fleet(inputs, [str(builder) for builder in builders or []])
 
 
 class FilterModule:
