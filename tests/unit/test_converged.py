@@ -2,6 +2,7 @@
 
 import json
 import os
+import weakref
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -128,6 +129,38 @@ def test_the_filter_reads_each_hosts_preflight_fact_and_names_a_host_without_one
     with pytest.raises(AnsibleFilterError, match=r"^lb: vllm_fleet_converged_inputs is not what .*fix: run the"):
         vllm_converged_decide(hostvars, ["vllm1", "lb"], [])
 
+
+
+def test_the_filter_keeps_no_hosts_variables_while_it_reads_the_next():
+    """Ansible's hostvars[host] builds the host's whole variable set, and what it returns refers to it: holding
+    every host's fact as returned would hold every set at once, memory growing with the fleet squared."""
+
+    class VariableSet:
+        """Stands for a host's variables; a value read from it refers back to it, as Ansible's lazy containers do."""
+
+        def __init__(self, fact):
+            self.fact = fact
+
+        def get(self, name):
+            value = Fact(self.fact)
+            value.variables = self
+            return value
+
+    class Fact(dict):
+        pass
+
+    facts = fleet_inputs()
+    alive = []
+
+    class HostVars:
+        def __getitem__(self, host):
+            assert not [ref for ref in alive if ref() is not None], "an earlier host's variables are still held"
+            variables = VariableSet(facts[host])
+            alive.append(weakref.ref(variables))
+            return variables
+
+    out = vllm_converged_decide(HostVars(), ["vllm1", "lb", "builder"], ["builder"])
+    assert all(d["converged"] for d in out.values()) and len(alive) == 3
 
 @pytest.fixture
 def host(tmp_path):
