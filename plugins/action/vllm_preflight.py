@@ -55,6 +55,10 @@ OS_FACTS = (
     "default_ipv4",
     "default_ipv6",
 )
+# What the roles read from the vllm_cpu facts themselves (the compiler verdict); the rest reaches them only
+# through the plan. Not the facts' key: it moves with every reboot and with MemTotal (a VM's balloon or memory
+# hot-plug), which change nothing a role does unless they change the plan.
+CPU_FACTS = ("arch", "isa")
 display = Display()
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # The shared values (vllm_install_source, loadbalancer_port, ...): every section may read them.
@@ -303,7 +307,7 @@ class ActionModule(ActionBase):
                 # Forcing a full run is not an input: the record it keeps or writes is the same.
                 "options": {name: value for name, value in v.items() if name != "vllm_fleet_full_converge"},
                 "plan": host_plan,
-                "facts_key": facts.get("vllm_cpu_key"),
+                "cpu": {name: (facts.get("vllm_cpu") or {}).get(name) for name in CPU_FACTS},
                 "os": {name: facts.get(name) for name in OS_FACTS},
                 "derived": {name: new_facts.get(name) for name in DERIVED_INPUTS},
                 "model_files": vllm_converged.tree_signature(model) if model else None,

@@ -246,12 +246,17 @@ def test_the_own_digest_holds_every_option_but_the_full_converge_switch():
     from ansible_collections.vllm.cpu_fleet.plugins.action.vllm_preflight import ActionModule
 
     v = {"vllm_service_port": 8000, "vllm_fleet_full_converge": False, "vllm_service_model_source": "hub"}
-    facts = {"vllm_cpu_key": "k", "distribution": "Debian"}
+    cpu = {"arch": "x86_64", "isa": {"avx512f": True}, "memory_mib": 1024}
+    facts = {"vllm_cpu_key": "k", "distribution": "Debian", "vllm_cpu": cpu}
 
-    def own(**changes):
-        return ActionModule._own_digest(["plan"], {**v, **changes}, facts, {"instances": []}, {})
+    def own(facts=facts, plan=None, **changes):
+        return ActionModule._own_digest(["plan"], {**v, **changes}, facts, plan or {"instances": []}, {})
 
     assert own(vllm_fleet_full_converge=True) == own()
     assert own(vllm_service_port=8001) != own()
-    assert ActionModule._own_digest(["plan"], v, {**facts, "vllm_cpu_key": "k2"}, {"instances": []}, {}) != own()
-    assert ActionModule._own_digest(["plan"], v, facts, {"instances": [1]}, {}) != own()
+    assert own(plan={"instances": [1]}) != own()
+    # What the roles read from the CPU facts (the compiler verdict) is an input ...
+    assert own(facts={**facts, "vllm_cpu": {**cpu, "isa": {"avx512f": False}}}) != own()
+    assert own(facts={**facts, "vllm_cpu": {**cpu, "arch": "aarch64"}}) != own()
+    # ... the facts' key is not: a reboot or a VM's balloon moves it, and reaches the roles only through the plan.
+    assert own(facts={**facts, "vllm_cpu_key": "k2", "vllm_cpu": {**cpu, "memory_mib": 2048}}) == own()
