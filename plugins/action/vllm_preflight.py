@@ -56,8 +56,8 @@ OS_FACTS = (
     "default_ipv6",
 )
 # What the roles read from the vllm_cpu facts themselves (the compiler verdict); the rest reaches them only
-# through the plan. Not the facts' key: it moves with every reboot and with MemTotal (a VM's balloon or memory
-# hot-plug), which change nothing a role does unless they change the plan.
+# through the plan. Not the facts' key: it moves with every reboot and with a NUMA node's MemTotal (a VM's
+# memory hot-plug or balloon), which change nothing a role does unless they change the plan.
 CPU_FACTS = ("arch", "isa")
 display = Display()
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
