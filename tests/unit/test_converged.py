@@ -130,10 +130,9 @@ def test_the_filter_reads_each_hosts_preflight_fact_and_names_a_host_without_one
         vllm_converged_decide(hostvars, ["vllm1", "lb"], [])
 
 
-
 def test_the_filter_keeps_no_hosts_variables_while_it_reads_the_next():
     """Ansible's hostvars[host] builds the host's whole variable set, and what it returns refers to it: holding
-    every host's fact as returned would hold every set at once, memory growing with the fleet squared."""
+    every host's fact as returned would hold every set at once, memory growing faster than the fleet."""
 
     class VariableSet:
         """Stands for a host's variables; a value read from it refers back to it, as Ansible's lazy containers do."""
@@ -161,6 +160,7 @@ def test_the_filter_keeps_no_hosts_variables_while_it_reads_the_next():
 
     out = vllm_converged_decide(HostVars(), ["vllm1", "lb", "builder"], ["builder"])
     assert all(d["converged"] for d in out.values()) and len(alive) == 3
+
 
 @pytest.fixture
 def host(tmp_path):
