@@ -127,7 +127,7 @@ def playbooks(work):
                             "name": "Read the facts",
                             "vllm.cpu_fleet.vllm_cpu_facts": {
                                 "root": "{{ vllm_plan_facts_root }}",
-                                "gather_subset": ["network", "systemd"],
+                                "gather_subset": ["addresses", "systemd"],
                             },
                         }
                     ],

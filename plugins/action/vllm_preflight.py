@@ -1,11 +1,13 @@
 """Action plugin vllm.cpu_fleet.vllm_preflight (documented in plugins/modules/vllm_preflight.py)."""
 
+import copy
 import functools
 import re
 from pathlib import Path
 from typing import ClassVar
 
 import yaml
+from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.template import is_trusted_as_template, trust_as_template
@@ -65,6 +67,14 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SHARED_ROLE = "vllm_fleet"
 # A template that only names a variable ("{{ vllm_plan_tp }}"): half of what the roles' defaults hold.
 _REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# A variable with a constant default ("{{ vllm_version | default(none) }}"), and those constants' values.
+_DEFAULTED = re.compile(
+    r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\(\s*(none|false|true|\{\}|\[\]|'')\s*\)\s*\}\}"
+)
+_CONSTANTS = {"none": None, "false": False, "true": True, "{}": {}, "[]": [], "''": ""}
+# Text around references ("{{ vllm_fleet_controller_cache }}/wheelhouse"): split, references at odd indices.
+_PIECES = re.compile(r"(\{\{\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\})")
+_TEMPLATE_MARKS = re.compile(r"\{[{%#]|[}%#]\}")
 # Deeper than any chain of references in the roles: a loop (a: "{{ b }}", b: "{{ a }}") goes to Ansible, which says so.
 _MAX_REFERENCES = 20
 
@@ -98,13 +108,20 @@ def _role_vars(role, name):
 
 
 def _render(templar, variables, value, depth=0):
-    """templar.template(value), without compiling a template for a trusted string that only names a variable:
-    it takes that variable's rendered value, as Jinja would. A compile costs milliseconds and Ansible keeps no
-    compiled template across the workers it forks per host, so this is most of the action's own time."""
+    """templar.template(value), without compiling a template for the three shapes of most trusted role defaults.
+
+    A string that only names a variable takes that variable's rendered value; one that gives a variable a
+    constant default (none, false, true, {}, [], '') takes the variable's value if it is set, else the constant;
+    text around references to variables whose values are strings is those strings joined. Jinja gives the same
+    values; anything else (other types to join, other expressions, a loop of references deeper than the roles
+    have) goes to templar. A compile costs milliseconds and Ansible keeps no compiled template
+    across the workers it forks per host, so this is most of the action's own time.
+    """
     if isinstance(value, str):
-        match = _REFERENCE.fullmatch(value)
-        if match and match[1] in variables and depth < _MAX_REFERENCES and is_trusted_as_template(value):
-            return _render(templar, variables, variables[match[1]], depth + 1)
+        if depth < _MAX_REFERENCES and "{{" in value and is_trusted_as_template(value):
+            rendered = _render_simple(templar, variables, value, depth)
+            if rendered is not _NOT_SIMPLE:
+                return rendered
     elif isinstance(value, dict):
         return {key: _render(templar, variables, item, depth) for key, item in value.items()}
     elif isinstance(value, list):
@@ -112,8 +129,51 @@ def _render(templar, variables, value, depth=0):
     return templar.template(value)
 
 
+_NOT_SIMPLE = object()
+
+
+def _render_simple(templar, variables, value, depth):
+    """_render's shortcuts for a trusted template, or _NOT_SIMPLE."""
+    match = _REFERENCE.fullmatch(value)
+    if match:
+        if match[1] in variables:
+            return _render(templar, variables, variables[match[1]], depth + 1)
+        return _NOT_SIMPLE
+    match = _DEFAULTED.fullmatch(value)
+    if match:
+        if match[1] not in variables:
+            return copy.copy(_CONSTANTS[match[2]])
+        try:
+            return _render(templar, variables, variables[match[1]], depth + 1)
+        except AnsibleUndefinedVariable:
+            # A value that renders to undefined takes the default in Jinja: templar says which.
+            return _NOT_SIMPLE
+    pieces = _PIECES.split(value)
+    if any(_TEMPLATE_MARKS.search(text) for text in pieces[::2]):
+        return _NOT_SIMPLE
+    joined = []
+    for index, piece in enumerate(pieces):
+        if index % 2:
+            name = _REFERENCE.fullmatch(piece)[1]
+            if name not in variables:
+                return _NOT_SIMPLE
+            piece = _render(templar, variables, variables[name], depth + 1)
+            if not isinstance(piece, str):
+                return _NOT_SIMPLE
+        joined.append(piece)
+    return "".join(joined)
+
+
 def _options(role):
     return _role_file(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+
+
+@functools.cache
+def _distribution_compilers():
+    """{file stem: gcc version} of every distribution the toolchain role has a vars file for (Debian-12: "12")."""
+    files = sorted((ROLES / "toolchain" / "vars").glob("*-*.yml"))
+    versions = {path.stem: _role_file("toolchain", f"vars/{path.name}") for path in files}
+    return {stem: found["toolchain_gcc_distribution_version"] for stem, found in versions.items()}
 
 
 # Read now, at import: Ansible imports this plugin in its main process (the strategy loads the class before it
@@ -122,13 +182,19 @@ for _role in (SHARED_ROLE, *SECTION_ROLES.values()):
     _role_vars(_role, "defaults/main.yml")
     _role_vars(_role, "vars/main.yml")
     _options(_role)
+_distribution_compilers()
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     ARGUMENT_SPEC: ClassVar[dict] = {
         "sections": {"type": "list", "elements": "str", "choices": list(SECTIONS)},
-        "gather_subset": {"type": "list", "elements": "str", "choices": ["network", "systemd"], "default": []},
+        "gather_subset": {
+            "type": "list",
+            "elements": "str",
+            "choices": ["addresses", "network", "systemd"],
+            "default": [],
+        },
         "converged": {"type": "bool", "default": False},
     }
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
@@ -212,7 +278,9 @@ class ActionModule(ActionBase):
         new_facts = {}
         if "plan" in sections or probe or "vllm_cpu" not in facts:
             # The facts of the plan section, or the cached ones confirmed by their key (a changed host is read again).
-            module = self._read_host(merged, templar, facts, probe, args["gather_subset"], task_vars)
+            # An inventory that reads more network facts than the addresses asks for setup's whole subset.
+            subsets = [v.get("vllm_fleet_network_facts", s) if s == "addresses" else s for s in args["gather_subset"]]
+            module = self._read_host(merged, templar, facts, probe, subsets, task_vars)
             if module.get("failed"):
                 return self._fail(result, [f"{host}: {module.get('msg', 'vllm_cpu_facts failed')}"])
             probe = module.get("vllm_host_probe", {})
@@ -246,8 +314,7 @@ class ActionModule(ActionBase):
                 available_variables=dict(merged, role_path=str(ROLES / "toolchain"))
             )
             stem, dist_vars = self._distribution(role_templar)
-            compilers = role_templar.template(merged["toolchain_distribution_compilers"])
-            found, said, out = checks.toolchain(host, v, facts, stem, dist_vars, compilers)
+            found, said, out = checks.toolchain(host, v, facts, stem, dist_vars, _distribution_compilers())
             problems += found
             warnings += said
             new_facts.update(out)
@@ -365,7 +432,7 @@ class ActionModule(ActionBase):
         path = templar.template(trust_as_template("{{ toolchain_vars_file }}"))
         if not path:
             return "", {}
-        return Path(path).stem, self._loader.load_from_file(path) or {}
+        return Path(path).stem, _role_file("toolchain", f"vars/{Path(path).name}")
 
     @staticmethod
     def _fail(result, problems):

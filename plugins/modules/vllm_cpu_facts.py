@@ -47,10 +47,15 @@ options:
       - Subsets of C(setup) to return as well, collected by setup's own collectors in this module run (what
         C(setup) with C(gather_subset=!all,!min,<these>) returns, without the C(ansible_) prefix), so a host
         that needs them costs no second module run.
+      - V(addresses) is the part of V(network) the roles read - C(default_ipv4), C(default_ipv6),
+        C(all_ipv4_addresses) and C(all_ipv6_addresses), with setup's values - read over rtnetlink in this
+        process (C(module_utils/vllm_host_addresses.py)) instead of setup's two C(ip) runs per interface and
+        C(ethtool) runs; where rtnetlink cannot be asked, setup's V(network) collector gives them. With
+        V(network) it is left out.
       - Always collected afresh, also when O(cache_key) matches.
     type: list
     elements: str
-    choices: [network, systemd]
+    choices: [addresses, network, systemd]
     default: []
   cache_key:
     description:
@@ -123,8 +128,10 @@ ansible_facts:
     all_ipv4_addresses:
       description: >-
         With O(gather_subset=network), every fact of setup's C(network) subset (C(default_ipv4), C(interfaces), ...,
-        and the C(platform) facts it depends on); with O(gather_subset=systemd), C(systemd). As C(setup) reports them.
-      returned: when O(gather_subset) names network
+        and the C(platform) facts it depends on); with O(gather_subset=addresses), C(default_ipv4), C(default_ipv6),
+        C(all_ipv4_addresses) and C(all_ipv6_addresses) only; with O(gather_subset=systemd), C(systemd). As C(setup)
+        reports them.
+      returned: when O(gather_subset) names network or addresses
       type: list
     distribution:
       description: >-
@@ -237,6 +244,11 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology i
     facts_key,
     read_cpu_facts,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_addresses import (  # noqa: E402
+    ADDRESS_FACTS,
+    NetlinkError,
+    address_facts,
+)
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import probe  # noqa: E402
 
 
@@ -246,7 +258,12 @@ def main():
             "root": {"type": "path", "default": "/"},
             "arch": {"type": "str", "choices": ["x86_64", "aarch64", "s390x", "ppc64le"]},
             "numa": {"type": "str", "choices": list(NUMA_MODES), "default": "strict"},
-            "gather_subset": {"type": "list", "elements": "str", "choices": ["network", "systemd"], "default": []},
+            "gather_subset": {
+                "type": "list",
+                "elements": "str",
+                "choices": ["addresses", "network", "systemd"],
+                "default": [],
+            },
             "cache_key": {"type": "str", "no_log": False},
             "probe": {"type": "dict"},
         },
@@ -303,9 +320,23 @@ def os_facts(module):
 
 
 def setup_facts(module, subsets):
-    """What setup returns for gather_subset=!all,!min,<subsets>, unprefixed; {} for none."""
+    """What setup returns for gather_subset=!all,!min,<subsets>, unprefixed; {} for none.
+
+    The subset addresses (ours, the four address facts of network) is read over rtnetlink, or taken from
+    setup's network collector where rtnetlink cannot be asked; network holds it.
+    """
+    subsets = list(subsets)
+    facts = {}
+    if "addresses" in subsets:
+        subsets.remove("addresses")
+        if "network" not in subsets:
+            try:
+                facts = address_facts()
+            except (OSError, NetlinkError):
+                wanted = setup_facts(module, ["network"])
+                facts = {name: wanted[name] for name in ADDRESS_FACTS if name in wanted}
     if not subsets:
-        return {}
+        return facts
     _facts_package()
     from ansible.module_utils.facts import ansible_collector
 
@@ -315,7 +346,7 @@ def setup_facts(module, subsets):
         gather_timeout=10,
         minimal_gather_subset=frozenset(),
     )
-    return collector.collect(module=module)
+    return dict(facts, **collector.collect(module=module))
 
 
 def collector_classes():

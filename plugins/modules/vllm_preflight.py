@@ -33,10 +33,12 @@ options:
     elements: str
     choices: [plan, toolchain, build_host, install, service, rollout, loadbalancer]
   gather_subset:
-    description: Subsets of C(setup) the facts module returns in the same run (see C(vllm_cpu_facts)).
+    description:
+      - Subsets of C(setup) the facts module returns in the same run (see C(vllm_cpu_facts)).
+      - V(addresses) becomes V(network) where the host's C(vllm_fleet_network_facts) says V(network).
     type: list
     elements: str
-    choices: [network, systemd]
+    choices: [addresses, network, systemd]
     default: []
   converged:
     description:
@@ -52,7 +54,7 @@ author:
 EXAMPLES = r"""
 - name: Check this host before any change
   vllm.cpu_fleet.vllm_preflight:
-    gather_subset: [network, systemd]
+    gather_subset: [addresses, systemd]
 
 - name: The install role's own checks and decisions
   vllm.cpu_fleet.vllm_preflight:

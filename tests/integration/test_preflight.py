@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, load_expected_facts
+from test_fact_cache import cached
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 MACHINE = "spr-2s-amx"
@@ -50,7 +51,7 @@ def controller_inputs(tmp_path_factory):
     return {"model": str(model), "artifacts": str(root / "artifacts")}
 
 
-def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=None):
+def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=None, env=None):
     inventory = tmp_path / "inventory.yml"
     common = {
         "ansible_connection": "local",
@@ -98,6 +99,7 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
             "ANSIBLE_STDOUT_CALLBACK": "default",
             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
             "ANSIBLE_FORKS": "8",
+            **(env or {}),
         },
         capture_output=True,
         text=True,
@@ -137,6 +139,22 @@ def test_good_inputs_pass_and_change_nothing(tmp_path, machine_root, controller_
     assert "Preflight passed on 2 host(s)." in result.stdout
     stats = recap(result.stdout)
     assert stats["good-1"]["changed"] == 0 and stats["good-2"]["changed"] == 0
+
+
+def test_the_network_facts_are_the_addresses_unless_the_inventory_asks_for_setups_whole_subset(
+    tmp_path, machine_root, controller_inputs
+):
+    cache = tmp_path.parent / f"{tmp_path.name}-facts"
+    hosts = {"lean": {}, "whole": {"vllm_fleet_network_facts": "network"}}
+    env = {"ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache)}
+    result = run_preflight(tmp_path, machine_root, controller_inputs, hosts, env=env)
+    assert result.returncode == 0, result.stdout[-4000:]
+    lean, whole = (cached(cache, host)[1] for host in ("lean", "whole"))
+    for facts in (lean, whole):
+        assert facts["default_ipv4"]["address"] in facts["all_ipv4_addresses"]
+    assert "interfaces" in whole and "interfaces" not in lean
+    addresses = ("default_ipv4", "default_ipv6", "all_ipv4_addresses", "all_ipv6_addresses")
+    assert {k: lean[k] for k in addresses} == {k: whole[k] for k in addresses}
 
 
 def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, machine_root, controller_inputs, busy_port):
@@ -188,6 +206,10 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
             ["vllm_service_api_key: is empty", "fix: set vllm_service_api_key", "vllm_service_allow_unauthenticated"],
         ),
         "bad-serial": ({"rollout_serial": "0%"}, ["rollout_serial", "percentage of 1-100%", "fix: set it"]),
+        "network-typo": (
+            {"vllm_fleet_network_facts": "all"},
+            ["vllm_fleet_network_facts must be one of: addresses, network, got: all", "fix:"],
+        ),
         "gpu-mem-unfit": (
             {"vllm_plan_gpu_memory_utilization": 0.6, "vllm_plan_omp_threads_bind": ["1-20", "21-40"]},
             ["vllm_plan_gpu_memory_utilization", "2 ranks on NUMA node 0", "fix: set it to at most 0.5"],

@@ -3,7 +3,7 @@
 import copy
 
 import pytest
-from ansible.errors import AnsibleTemplateError
+from ansible.errors import AnsibleTemplateError, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
@@ -17,7 +17,9 @@ def test_every_role_file_is_parsed_at_import():
         for name in ("defaults/main.yml", "vars/main.yml"):
             assert action._role_vars(role, name) is action._role_vars(role, name)
     info = action._role_file.cache_info()
-    assert info.currsize == 3 * len(roles)
+    # Each role's defaults, vars and argument spec, and each distribution file of the toolchain role.
+    assert len(action._distribution_compilers()) == len(list((action.ROLES / "toolchain" / "vars").glob("*-*.yml")))
+    assert info.currsize == 3 * len(roles) + len(action._distribution_compilers())
     action._options("vllm_service")
     assert action._role_file.cache_info().hits > info.hits
     assert action._role_file.cache_info().misses == info.misses
@@ -71,6 +73,23 @@ def _renders(variables):
         "{{ tp | int + 1 }}",
         "{{ missing | default('none') }}",
         "{{ base }}/cache",
+        "{{ base }}/models/{{ chain }}-{{tp}}",
+        "{{ base }}/cache\n",
+        "{{ n }}/cache",
+        "{{ nothing }}/cache",
+        "{% if true %}{{ base }}{% endif %}/cache",
+        "{{ base }}/{# note #}cache",
+        "{{ tp | default(none) }}",
+        "{{ n|default(false) }}",
+        "{{ nothing | default(true) }}",
+        "{{ undefined_inside | default(none) }}",
+        "{{ options | default({}) }}",
+        "{{ missing | default(none) }}",
+        "{{ missing | default(false) }}",
+        "{{ missing | default(true) }}",
+        "{{ missing | default({}) }}",
+        "{{ missing | default([]) }}",
+        "{{ missing | default('') }}",
         {"tp": "{{ tp }}", "nested": ["{{ chain }}", 3, None]},
         ["{{ options }}", "plain"],
         "plain",
@@ -81,7 +100,15 @@ def _renders(variables):
 def test_render_gives_what_ansible_renders(value):
     trusted = action._trusted(value)
     variables = action._trusted(
-        {"tp": "4", "base": "/srv", "chain": "{{ tp }}", "options": {"mode": "{{ chain }}", "n": 2}}
+        {
+            "tp": "4",
+            "n": 4,
+            "nothing": None,
+            "undefined_inside": "{{ nope }}",
+            "base": "/srv",
+            "chain": "{{ tp }}",
+            "options": {"mode": "{{ chain }}", "n": 2},
+        }
     )
     templar, render = _renders(variables)
     assert render(trusted) == templar.template(trusted)
@@ -99,6 +126,29 @@ def test_render_compiles_no_template_for_a_reference(monkeypatch):
         templar, "template", lambda value: pytest.fail(f"compiled {value!r}") if "{{" in value else value
     )
     assert render(trust_as_template("{{ tp }}")) == "4"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("{{ base }}/cache/{{ tp }}", "/srv/cache/4"),
+        ("{{ tp | default(none) }}", "4"),
+        ("{{ missing | default(none) }}", None),
+        ("{{ missing | default({}) }}", {}),
+    ],
+)
+def test_render_compiles_no_template_for_a_default_or_references_in_text(monkeypatch, value, expected):
+    templar, render = _renders(action._trusted({"tp": "{{ chain }}", "chain": "4", "base": "/srv"}))
+    monkeypatch.setattr(
+        templar, "template", lambda value: pytest.fail(f"compiled {value!r}") if "{{" in value else value
+    )
+    assert render(trust_as_template(value)) == expected
+
+
+def test_render_leaves_an_undefined_reference_in_text_to_ansible_which_names_it():
+    _, render = _renders(action._trusted({"base": "/srv"}))
+    with pytest.raises(AnsibleUndefinedVariable, match="'missing' is undefined"):
+        render(trust_as_template("{{ base }}/{{ missing }}"))
 
 
 def test_render_hands_a_reference_loop_to_ansible_which_names_it():
