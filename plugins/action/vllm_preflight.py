@@ -10,6 +10,7 @@ import yaml
 from ansible.errors import AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
 from ansible.template import is_trusted_as_template, trust_as_template
 from ansible.utils.display import Display
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_converged
@@ -65,6 +66,10 @@ display = Display()
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # The shared values (vllm_install_source, loadbalancer_port, ...): every section may read them.
 SHARED_ROLE = "vllm_fleet"
+ROLE_NAMES = (SHARED_ROLE, *SECTION_ROLES.values())
+ROLE_FILES = ("defaults/main.yml", "vars/main.yml")
+# A lookup a template calls by name: lookup('ansible.builtin.env', ...), query('...').
+_LOOKUP = re.compile(r"\b(?:lookup|query|q)\(\s*'([A-Za-z0-9_.]+)'")
 # A template that only names a variable ("{{ vllm_plan_tp }}"): half of what the roles' defaults hold.
 _REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # A variable with a constant default ("{{ vllm_version | default(none) }}"), and those constants' values.
@@ -176,13 +181,32 @@ def _distribution_compilers():
     return {stem: found["toolchain_gcc_distribution_version"] for stem, found in versions.items()}
 
 
+@functools.cache
+def _collection_signature():
+    """The collection's files that make a host's state, as the converged digest holds them (the same all run)."""
+    return [vllm_converged.tree_signature(COLLECTION / part, ("__pycache__",), (".md",)) for part in COLLECTION_PARTS]
+
+
+def _load_template_plugins():
+    """Load the Jinja plugins the roles' files call: Ansible loads every builtin filter and test file at a process's
+    first filter or test, and a lookup at its first call, so each worker forked per host would load them again."""
+    filter_loader.get("ansible.builtin.basename")
+    test_loader.get("ansible.builtin.version")
+    texts = yaml.safe_dump([_role_file(role, name) for role in ROLE_NAMES for name in ROLE_FILES])
+    for name in sorted(set(_LOOKUP.findall(texts))):
+        lookup_loader.get(name)
+
+
 # Read now, at import: Ansible imports this plugin in its main process (the strategy loads the class before it
-# queues the task) and forks a worker per host, so every host's run inherits them instead of reading ~20 files.
-for _role in (SHARED_ROLE, *SECTION_ROLES.values()):
+# queues the task) and forks a worker per host, so every host's run inherits them instead of reading ~20 files,
+# walking the collection's files and loading the template plugins again.
+for _role in ROLE_NAMES:
     _role_vars(_role, "defaults/main.yml")
     _role_vars(_role, "vars/main.yml")
     _options(_role)
 _distribution_compilers()
+_collection_signature()
+_load_template_plugins()
 
 
 class ActionModule(ActionBase):
@@ -366,10 +390,7 @@ class ActionModule(ActionBase):
         model = v.get("vllm_service_model_path") if v.get("vllm_service_model_source") == "path" else None
         return vllm_converged.digest(
             {
-                "collection": [
-                    vllm_converged.tree_signature(COLLECTION / part, ("__pycache__",), (".md",))
-                    for part in COLLECTION_PARTS
-                ],
+                "collection": _collection_signature(),
                 "sections": sections,
                 # Forcing a full run is not an input: the record it keeps or writes is the same.
                 "options": {name: value for name, value in v.items() if name != "vllm_fleet_full_converge"},

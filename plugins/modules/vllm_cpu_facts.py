@@ -341,7 +341,7 @@ def setup_facts(module, subsets):
     from ansible.module_utils.facts import ansible_collector
 
     collector = ansible_collector.get_ansible_collector(
-        all_collector_classes=collector_classes(),
+        all_collector_classes=collector_classes(subsets),
         gather_subset=["!all", "!min", *subsets],
         gather_timeout=10,
         minimal_gather_subset=frozenset(),
@@ -349,23 +349,30 @@ def setup_facts(module, subsets):
     return dict(facts, **collector.collect(module=module))
 
 
-def collector_classes():
-    """The collectors setup chooses from for the subsets of gather_subset (and the ones they require).
+def collector_classes(subsets):
+    """The collectors setup chooses from for these subsets of gather_subset (and the ones they require).
 
     On Linux, where the module runs (it reads /proc and /sys), only these: setup picks the same ones from its
-    full list (tests/unit/test_facts_collectors.py compares), without importing every platform's.
+    full list (tests/unit/test_facts_collectors.py compares), without importing every platform's or the other
+    subset's (the network collectors cost a run that asks for systemd alone a tenth of its imports).
     """
     _facts_package()
     if platform.system() != "Linux":
         from ansible.module_utils.facts import default_collectors
 
         return default_collectors.collectors
-    from ansible.module_utils.facts.network.linux import LinuxNetworkCollector
-    from ansible.module_utils.facts.system.distribution import DistributionFactCollector
-    from ansible.module_utils.facts.system.platform import PlatformFactCollector
-    from ansible.module_utils.facts.system.systemd import SystemdFactCollector
+    classes = []
+    if "network" in subsets:
+        from ansible.module_utils.facts.network.linux import LinuxNetworkCollector
+        from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+        from ansible.module_utils.facts.system.platform import PlatformFactCollector
 
-    return [PlatformFactCollector, DistributionFactCollector, SystemdFactCollector, LinuxNetworkCollector]
+        classes += [PlatformFactCollector, DistributionFactCollector, LinuxNetworkCollector]
+    if "systemd" in subsets:
+        from ansible.module_utils.facts.system.systemd import SystemdFactCollector
+
+        classes.append(SystemdFactCollector)
+    return classes
 
 
 if __name__ == "__main__":

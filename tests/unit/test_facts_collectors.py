@@ -24,16 +24,23 @@ def test_setup_would_pick_the_same_collectors_from_its_full_list(subsets):
             gather_timeout=10,
         )
 
-    assert picked(vllm_cpu_facts.collector_classes()) == picked(default_collectors.collectors)
+    assert picked(vllm_cpu_facts.collector_classes(subsets)) == picked(default_collectors.collectors)
 
 
-def test_the_module_does_not_import_every_collector():
+@pytest.mark.parametrize(
+    ("subsets", "wanted", "unwanted"),
+    [
+        (["network", "systemd"], ["network.linux", "system.systemd"], []),
+        (["systemd"], ["system.systemd"], ["network.linux", "network.base", "system.platform"]),
+    ],
+)
+def test_the_module_imports_only_the_collectors_of_its_subsets(subsets, wanted, unwanted):
     # A fresh interpreter, as a module run is: the package's __init__ (and with it default_collectors and
-    # every platform's collectors) must stay unimported.
-    code = """
+    # every platform's collectors) must stay unimported, and so must a subset's not asked for.
+    code = f"""
 import sys
 from ansible_collections.vllm.cpu_fleet.plugins.modules import vllm_cpu_facts as m
-m.collector_classes()
+m.collector_classes({subsets!r})
 loaded = sorted(name for name in sys.modules if name.startswith("ansible.module_utils.facts"))
 print("\\n".join(loaded))
 """
@@ -41,6 +48,7 @@ print("\\n".join(loaded))
         [sys.executable, "-c", code], cwd=REPO / "collections", capture_output=True, text=True, check=True
     )
     loaded = done.stdout.split()
-    assert "ansible.module_utils.facts.network.linux" in loaded
-    for unwanted in ("compat", "default_collectors", "hardware.linux", "network.darwin", "virtual.linux"):
-        assert f"ansible.module_utils.facts.{unwanted}" not in loaded
+    for name in wanted:
+        assert f"ansible.module_utils.facts.{name}" in loaded
+    for name in ("compat", "default_collectors", "hardware.linux", "network.darwin", "virtual.linux", *unwanted):
+        assert f"ansible.module_utils.facts.{name}" not in loaded
