@@ -119,8 +119,8 @@ def _render(templar, variables, value, depth=0):
     constant default (none, false, true, {}, [], '') takes the variable's value if it is set, else the constant;
     text around references to variables whose values are strings is those strings joined. Jinja gives the same
     values; anything else (other types to join, other expressions, a loop of references deeper than the roles
-    have) goes to templar. A compile costs milliseconds and Ansible keeps no compiled template
-    across the workers it forks per host, so this is most of the action's own time.
+    have) goes to templar. A compile costs milliseconds and Ansible keeps no compiled template across the
+    workers it forks per host, so this is most of the action's own time.
     """
     if isinstance(value, str):
         if depth < _MAX_REFERENCES and "{{" in value and is_trusted_as_template(value):
@@ -201,8 +201,8 @@ def _load_template_plugins():
 # queues the task) and forks a worker per host, so every host's run inherits them instead of reading ~20 files,
 # walking the collection's files and loading the template plugins again.
 for _role in ROLE_NAMES:
-    _role_vars(_role, "defaults/main.yml")
-    _role_vars(_role, "vars/main.yml")
+    for _name in ROLE_FILES:
+        _role_vars(_role, _name)
     _options(_role)
 _distribution_compilers()
 _collection_signature()
