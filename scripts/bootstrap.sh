@@ -7,7 +7,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv="$repo/.venv"
 
 need_pkgs=()
-for pkg in podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client; do
+for pkg in podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client iproute2; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
 done
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_pkgs+=(python3-venv)
