@@ -14,9 +14,10 @@ BIN = Path(sys.executable).parent
 ENV = dict(os.environ, ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
 
-def run_module(*args, module="vllm.cpu_fleet.vllm_cpu_facts"):
+def run_module(*args, module="vllm.cpu_fleet.vllm_cpu_facts", inside=()):
+    """(rc, status, result) of one ad-hoc run on localhost; inside: a command to run it under (ip netns exec NS)."""
     proc = subprocess.run(
-        [str(BIN / "ansible"), "localhost", "-m", module, *args],
+        [*inside, str(BIN / "ansible"), "localhost", "-m", module, *args],
         cwd=REPO,
         env=ENV,
         capture_output=True,

@@ -5,14 +5,13 @@ point-to-point peer, routes or none): the module and setup run inside it through
 facts must be equal, lists in the same order.
 """
 
-import json
 import os
 import shutil
 import subprocess
 import uuid
 
 import pytest
-from test_facts_module import BIN, ENV, REPO
+from test_facts_module import run_module
 
 ADDRESS_FACTS = ("default_ipv4", "default_ipv6", "all_ipv4_addresses", "all_ipv6_addresses")
 
@@ -87,17 +86,9 @@ def namespace(request):
 
 
 def _facts_in(name, module, args):
-    proc = subprocess.run(
-        ["ip", "netns", "exec", name, str(BIN / "ansible"), "localhost", "-m", module, "-a", args],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    status, sep, payload = proc.stdout.partition(" => ")
-    assert sep and "SUCCESS" in status, f"{module} in {name}:\n{proc.stdout}\n{proc.stderr}"
-    return {key.removeprefix("ansible_"): value for key, value in json.loads(payload)["ansible_facts"].items()}
+    _, status, result = run_module("-a", args, module=module, inside=("ip", "netns", "exec", name))
+    assert status == "SUCCESS", f"{module} in {name}: {result}"
+    return {key.removeprefix("ansible_"): value for key, value in result["ansible_facts"].items()}
 
 
 @pytest.mark.parametrize("namespace", sorted(LAYOUTS), indirect=True)
