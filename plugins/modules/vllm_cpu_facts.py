@@ -249,7 +249,6 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_addresses
     NetlinkError,
     address_facts,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import probe  # noqa: E402
 
 
 def main():
@@ -276,6 +275,10 @@ def main():
     live = dict(os_facts(module), **setup_facts(module, params["gather_subset"]))
     extra = {}
     if params["probe"]:
+        # Imported here: Python compiles the probe and the converged record's reader on every run (AnsiballZ
+        # caches no bytecode), about 6 ms; only preflight asks for a probe.
+        from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import probe
+
         try:
             extra["vllm_host_probe"] = probe(params["probe"])
         except (KeyError, TypeError, ValueError, OSError) as exc:

@@ -52,3 +52,20 @@ print("\\n".join(loaded))
         assert f"ansible.module_utils.facts.{name}" in loaded
     for name in ("compat", "default_collectors", "hardware.linux", "network.darwin", "virtual.linux", *unwanted):
         assert f"ansible.module_utils.facts.{name}" not in loaded
+
+
+def test_the_module_imports_the_probe_only_for_a_run_that_asks_for_one():
+    # Python compiles every import of a module run again (AnsiballZ caches no bytecode): the probe and the
+    # converged record's reader are imported by main() when a probe is asked for, not with the module.
+    code = """
+import sys
+from ansible_collections.vllm.cpu_fleet.plugins.modules import vllm_cpu_facts
+print("\\n".join(sorted(name for name in sys.modules if name.startswith("ansible_collections.vllm"))))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO / "collections", capture_output=True, text=True, check=True
+    )
+    loaded = done.stdout.split()
+    assert "ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology" in loaded
+    for name in ("vllm_host_probe", "vllm_converged"):
+        assert f"ansible_collections.vllm.cpu_fleet.plugins.module_utils.{name}" not in loaded
