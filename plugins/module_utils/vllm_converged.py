@@ -2,8 +2,8 @@
 
 A host that finished site.yml (or upgrade.yml) keeps a record of what it converged to: the digest of every
 input the roles read for it, and witnesses of its state - the sha256 of the files the roles wrote, the
-listing (names and sizes) of large trees (the model), the targets of links, the units that must be
-active. The next run's preflight reads the record and checks every witness on the host in the same
+permission bits and numeric owner of those files and their directories, the listing (names and sizes) of
+large trees (the model), the targets of links, the units that must be active. The next run's preflight reads the record and checks every witness on the host in the same
 module run; the controller computes this run's digest. The roles then skip a host only when both hold:
 
 - the digest equals the recorded one: every option of every role it runs (typed by the argument specs,
@@ -12,7 +12,8 @@ module run; the controller computes this run's digest. The roles then skip a hos
   receives (the model), and the own digests of its peers (a vLLM host's load balancers and, for built
   wheels, builders; a load balancer's backends), so that a change anywhere a host's files depend on
   reaches it;
-- every witness still holds (a hand-edited, removed or replaced file, a stopped unit: the full run).
+- every witness still holds (a hand-edited, removed, replaced, re-moded or re-owned file, a stopped unit: the
+  full run).
 
 Anything else, and ``vllm_fleet_full_converge``, takes the full run, which removes the record before it
 changes anything and writes it again only after the host passed every gate. Host-side functions use the
@@ -22,9 +23,11 @@ standard library only (they run inside modules).
 import hashlib
 import json
 import os
+import stat
 import subprocess
 
-RECORD_FORMAT = 1
+# 2: the witnesses hold the files' and directories' modes and owners (a record of format 1 is no record).
+RECORD_FORMAT = 2
 _CHUNK = 1 << 20
 
 
@@ -126,17 +129,26 @@ def file_sha256(path):
     return sha.hexdigest()
 
 
-def _files_under(paths):
-    """Every regular file under each path (a file itself, or a directory's tree), sorted; missing ones skipped."""
-    found = set()
+def _paths_under(paths):
+    """(files, directories) under each path (a file itself, or a directory and its tree), sorted; missing ones
+    skipped."""
+    files, directories = set(), set()
     for path in paths:
         if os.path.isfile(path):
-            found.add(path)
+            files.add(path)
         elif os.path.isdir(path):
-            for current, dirs, files in os.walk(path):
+            for current, dirs, names in os.walk(path):
                 dirs.sort()
-                found.update(os.path.join(current, name) for name in files)
-    return sorted(found)
+                directories.add(current)
+                files.update(os.path.join(current, name) for name in names)
+    return sorted(files), sorted(directories)
+
+
+def _mode_and_owner(path):
+    """A path's permission bits and numeric owner, as `0640 0:997`: a chmod or chown by hand is drift too (a key
+    made readable to all, a directory handed to another user)."""
+    status = os.stat(path)
+    return f"{stat.S_IMODE(status.st_mode):04o} {status.st_uid}:{status.st_gid}"
 
 
 def _listing(root):
@@ -168,8 +180,10 @@ def _units_state(units, verb):
 
 def witness(spec):
     """The witnesses of spec {files: [paths], trees: [dirs], links: [paths], units: [names]} as they are now."""
+    files, directories = _paths_under(spec.get("files", []))
     return {
-        "files": {path: file_sha256(path) for path in _files_under(spec.get("files", []))},
+        "files": {path: file_sha256(path) for path in files},
+        "modes": {path: _mode_and_owner(path) for path in (*files, *directories)},
         "trees": {root: _listing(root) for root in spec.get("trees", []) if os.path.isdir(root)},
         "links": {path: os.readlink(path) for path in spec.get("links", []) if os.path.islink(path)},
         "units": sorted(spec.get("units", [])),
@@ -207,6 +221,9 @@ def _drift(recorded, now):
         elif now["files"][path] != sha:
             said.append(f"{path} was changed")
     said += [f"{path} is new" for path in sorted(set(now["files"]) - set(recorded.get("files", {})))]
+    for path, was in sorted(recorded.get("modes", {}).items()):
+        if now["modes"].get(path, was) != was:
+            said.append(f"{path} has mode and owner {now['modes'][path]}, was {was}")
     for root, listing in sorted(recorded.get("trees", {}).items()):
         if now["trees"].get(root) != listing:
             said.append(f"the files under {root} changed")
