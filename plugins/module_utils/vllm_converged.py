@@ -3,8 +3,9 @@
 A host that finished site.yml (or upgrade.yml) keeps a record of what it converged to: the digest of every
 input the roles read for it, and witnesses of its state - the sha256 of the files the roles wrote, the
 permission bits and numeric owner of those files and their directories, the listing (names and sizes) of
-large trees (the model), the targets of links, the units that must be active. The next run's preflight reads the record and checks every witness on the host in the same
-module run; the controller computes this run's digest. The roles then skip a host only when both hold:
+large trees (the model), the targets of links, the units that must be active. The next run's preflight
+reads the record and checks every witness on the host in the same module run; the controller computes
+this run's digest. The roles then skip a host only when both hold:
 
 - the digest equals the recorded one: every option of every role it runs (typed by the argument specs,
   templated for this host), the plan, the facts' key, the OS facts the roles read, the release rows, what
