@@ -243,7 +243,7 @@ def write_section(table, label):
     if sub in section:
         s = section.index(sub)
         e = section.find("\n### ", s + len(sub))
-        section = section[:s] + table + (section[e + 1 :] if e >= 0 else "")
+        section = section[:s] + table.rstrip("\n") + "\n" + (section[e:] if e >= 0 else "")
     else:
         section = section.rstrip("\n") + "\n\n" + table
     path.write_text(text[:start] + section.rstrip("\n") + "\n" + ("\n" + text[end:] if end < len(text) else ""))
