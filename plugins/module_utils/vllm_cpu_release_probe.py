@@ -10,7 +10,6 @@ package index once into a cache directory and checks its sha256 against the
 index's metadata. tools/vllm_release_probe.py is the command line.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ import tarfile
 from pathlib import Path
 
 from ansible.module_utils.urls import open_url
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
 
 INDEX_JSON = "https://pypi.org/pypi/{name}/json"
 FILES_HOST = "https://files.pythonhosted.org/"
@@ -478,7 +478,7 @@ def probe(path, version=None, sha256=None):
         "version": version,
         "git_tag": f"v{version}",
         # Only an sdist (it has PKG-INFO) has the digest the index publishes; a tag tarball has none.
-        "sdist_sha256": sha256 or (_sha256(src.path) if src.path.is_file() and "PKG-INFO" in src.files else None),
+        "sdist_sha256": sha256 or (file_sha256(src.path) if src.path.is_file() and "PKG-INFO" in src.files else None),
         "torch_version": torch,
         "torch_plus_cpu_arches": plus_cpu,
         "python_versions": _python_versions(src, evidence),
@@ -552,14 +552,6 @@ def diff_rows(old, new, old_evidence=None, new_evidence=None, skip=("version", "
 # --------------------------------------------------------------------- the package index
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cache_dir(explicit=None):
     return Path(explicit or os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
 
@@ -609,7 +601,7 @@ def fetch_sdist(version, sha256=None, cache=None, releases=None, opener=open_url
                              f"tarball or a directory instead")  # fmt: skip
         sha256 = sha256 or meta["sha256"]
     target = directory / f"vllm-{version}.tar.gz"
-    if target.is_file() and _sha256(target) == sha256:
+    if target.is_file() and file_sha256(target) == sha256:
         return target
     if meta is None:
         meta = (index_releases(opener=opener).get(version)) or {}
@@ -619,7 +611,7 @@ def fetch_sdist(version, sha256=None, cache=None, releases=None, opener=open_url
     with opener(meta["url"], timeout=600) as response, open(part, "wb") as handle:
         while block := response.read(1 << 20):
             handle.write(block)
-    got = _sha256(part)
+    got = file_sha256(part)
     if got != sha256:
         part.unlink()
         raise ProbeError(f"{meta['url']}: sha256 {got}, the index says {sha256}")

@@ -12,6 +12,7 @@ import json
 import os
 import re
 
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
     build_class,
     compiler_verdict,
@@ -131,14 +132,6 @@ def _read_json(path):
         return json.load(handle)
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _glibc_tuple(text):
     return tuple(int(part) for part in re.findall(r"\d+", text or "0")[:2]) or (0,)
 
@@ -237,7 +230,7 @@ def _store_wheel(host, v, wheel_class, out):
             f"{host}: vllm_install_source is wheel but {why} on the controller. Build it first, set"
             " vllm_install_wheel_file to the wheel, or use vllm_install_source: index."
         ]
-    sha256 = _sha256(candidates[0])
+    sha256 = file_sha256(candidates[0])
     out.update(vllm_install_wheel_path=candidates[0], vllm_install_wheel_sha256=sha256)
     if not named and manifest.get("sha256", sha256) != sha256:
         return [
