@@ -378,9 +378,6 @@ class ActionModule(ActionBase):
                 "record": v["vllm_fleet_converged_record"],
                 "installs_wheel": "service" in sections and v["vllm_install_source"] == "wheel",
             }
-        # A load balancer's checks are its role's tasks, after the backends planned: they mark it.
-        if "loadbalancer" not in sections:
-            new_facts["preflight_passed"] = True
         result.update(changed=False, ansible_facts=new_facts)
         return result
 

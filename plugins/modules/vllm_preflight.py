@@ -23,8 +23,7 @@ options:
     description:
       - The checks to run. V(plan) reads the facts and plans (otherwise the host's C(vllm_plan) fact is used);
         V(toolchain), V(build_host), V(install), V(service), V(rollout) are the roles' checks; V(loadbalancer) only
-        types the load balancer role's inputs (its checks are the role's tasks, which need the backends' plans, so it
-        does not set C(preflight_passed)).
+        types the load balancer role's inputs (its checks are the role's tasks, which need the backends' plans).
       - Unset, the host's groups decide, as the preflight play needs - V(plan) and V(toolchain) for every host,
         V(build_host) for the host that builds (a host of C(builders), or each vLLM host without such a group) when
         C(vllm_install_source) is V(wheel), V(install), V(service) and V(rollout) for hosts of C(vllm_hosts),
@@ -66,7 +65,7 @@ ansible_facts:
   description: >-
     With V(plan), C(vllm_cpu_facts)'s facts and C(vllm_plan); with each section, the facts its role's later tasks read
     (C(vllm_install_venv), C(vllm_install_needed), C(vllm_install_wanted), ..., C(vllm_build_release));
-    with O(converged), C(vllm_fleet_converged_inputs); and C(preflight_passed).
+    with O(converged), C(vllm_fleet_converged_inputs).
   returned: success
   type: dict
 problems:
