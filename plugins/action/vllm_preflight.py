@@ -251,6 +251,9 @@ class ActionModule(ActionBase):
             f"{host}: {message}; fix: give it the type roles/{role}/meta/argument_specs.yml names"
             for message in result.error_messages
         ]
+        # The planner reads its knobs itself (and checks them); every other role reads its variables as written.
+        if role != "vllm_plan":
+            problems += checks.written_types(host, options, provided, result.validated_parameters)
         return result.validated_parameters, problems
 
     def _sections(self, host, task_vars, merged, templar):
@@ -290,6 +293,16 @@ class ActionModule(ActionBase):
         for name in ("vllm_release_overrides", "vllm_service_model_arg"):
             if name in merged:
                 v[name] = _render(templar, merged, merged[name])
+        if "plan" in sections and "vllm_version" in merged:
+            # The fleet's release, which the roles' own versions follow (a load balancer has none).
+            v["vllm_version"] = _render(templar, merged, merged["vllm_version"])
+        if "service" in sections:
+            # What the role writes into each instance's environment besides the plan's (vllm_service_extra_env
+            # may not replace it).
+            runtime_env = _role_file("vllm_service", "vars/main.yml")["vllm_service_runtime_env"]
+            v["vllm_service_runtime_env_names"] = sorted(runtime_env)
+        found, releases_known = checks.versions(host, v)
+        problems += checks.bounds(host, v) + found
         if problems:
             # Wrong types make every later check guess: say them first, alone.
             return self._fail(result, problems)
@@ -333,6 +346,9 @@ class ActionModule(ActionBase):
                 result, [f"{host}: no vllm_plan fact; run the vllm_plan role (site.yml's first play) first."]
             )
 
+        if not releases_known:
+            # The planner named the unknown vllm_version (versions() a role's own): every check below reads the release.
+            return self._fail(result, problems)
         if "toolchain" in sections:
             role_templar = self._templar.copy_with_new_env(
                 available_variables=dict(merged, role_path=str(ROLES / "toolchain"))
@@ -454,5 +470,8 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _fail(result, problems):
+        # Sections that read the same input say the same problem (an unknown release: the plan, the toolchain,
+        # the build and the install): once.
+        problems = list(dict.fromkeys(problems))
         result.update(failed=True, changed=False, problems=problems, msg="\n".join(problems))
         return result

@@ -9,6 +9,7 @@ artifact store, the wheelhouse) are read here: they are on the controller, where
 
 import hashlib
 import json
+import math
 import os
 import re
 
@@ -16,6 +17,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged impo
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
     build_class,
     compiler_verdict,
+    normalize_version,
     release_info,
     torch_pin,
 )
@@ -27,6 +29,69 @@ GIB = 1073741824
 # The wheels' tar arrives in a temporary directory and is unpacked next to it (counted twice), plus slack.
 WHEELHOUSE_SLACK_BYTES = 268435456
 MEMORY_FLAGS = re.compile(r"^--(gpu-memory-utilization|kv-cache-memory|kv-cache-memory-bytes|swap-space)(=|$)")
+# What vllm_service's command line sets from its own variables and the plan (the flag: where to set it instead):
+# a second copy in vllm_service_extra_args comes after it and vLLM takes the last, so the instance would leave
+# its plan (another port than the load balancer and the health gate use, another TP than its CPU binding) or its
+# key. vLLM reads "--max_num_seqs" as "--max-num-seqs"; -tp and -dp are its short forms.
+SERVICE_FLAGS = {
+    "--host": "vllm_service_listen_address",
+    "--port": "vllm_plan_base_port",
+    "--served-model-name": "vllm_service_served_model_name",
+    "--dtype": "vllm_plan_dtype",
+    "--block-size": "vllm_service_block_size",
+    "--tensor-parallel-size": "vllm_plan_tp",
+    "-tp": "vllm_plan_tp",
+    "--data-parallel-size": "the plan (one instance per data-parallel rank)",
+    "-dp": "the plan (one instance per data-parallel rank)",
+    "--pipeline-parallel-size": "the plan (its CPU binding has one range per tensor-parallel rank)",
+    "-pp": "the plan (its CPU binding has one range per tensor-parallel rank)",
+    "--distributed-executor-backend": "the plan (mp whenever tp > 1)",
+    "--max-model-len": "vllm_service_max_model_len",
+    "--max-num-seqs": "vllm_service_max_num_seqs",
+    "--max-num-batched-tokens": "vllm_service_max_num_batched_tokens",
+    "--api-key": "vllm_service_api_key",
+    "--config": "vllm_service_api_key_previous (the role's --config holds both keys during a rotation)",
+}
+# The environment the plan and vllm_service write (instance.env.j2, secrets.env.j2), which vllm_service_extra_env
+# would replace: the plan's CPU binding and KV cache, the key and the paths served without it, the middleware's
+# import path.
+SERVICE_ENV = {
+    "VLLM_API_KEY": "vllm_service_api_key",
+    "VLLM_SERVICE_PREVIOUS_API_KEY": "vllm_service_api_key_previous",
+    "VLLM_SERVICE_OPEN_PATHS": "vllm_service_paths_without_key",
+    "HF_TOKEN": "vllm_service_hf_token",
+}
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Numbers the roles use as written, with their bounds (inclusive; None: unbounded). The planner bounds its own
+# (vllm_plan_*); loadbalancer_port, vllm_service_block_size and the service's timers have their own checks.
+BOUNDS = {
+    "loadbalancer_max_removed_servers_percent": (0, 100),
+    "loadbalancer_check_fall": (1, None),
+    "loadbalancer_check_rise": (1, None),
+    "loadbalancer_retries": (0, None),
+    "loadbalancer_drain_timeout": (0, None),
+    "loadbalancer_ready_timeout": (0, None),
+    "vllm_build_nice": (-20, 19),
+    "vllm_build_min_free_gib": (0, None),
+    "vllm_build_min_available_gib_per_job": (0, None),
+    "vllm_build_timeout": (1, None),
+    "vllm_build_poll_interval": (1, None),
+    "vllm_install_keep_versions": (1, None),
+    "vllm_install_min_free_gib": (0, None),
+    "vllm_service_max_model_len": (1, None),
+    "vllm_service_max_num_seqs": (1, None),
+    "vllm_service_max_num_batched_tokens": (1, None),
+    "vllm_service_shm_mib_per_instance": (0, None),
+    "vllm_service_health_stall_timeout": (1, None),
+    "vllm_service_health_max_restarts": (0, None),
+    "vllm_service_smoke_max_tokens": (1, None),
+}
+# The role versions that default to vllm_version; the roles name directories and compare versions by them as
+# written.
+ROLE_VERSIONS = ("vllm_install_version", "vllm_build_version", "toolchain_vllm_version")
+# What Ansible's bool filter (the roles' `| bool`) reads as true or false; the argument spec takes more (y, t).
+BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+WHOLE_NUMBER = re.compile(r"^\s*[+-]?[0-9]+\s*$")
 LOCAL_ONLY = re.compile(r"^(127\.|::1$|localhost$)")
 LOOPBACK = re.compile(r"^(127\.|::1$)")
 CAP_NET_ADMIN = 12
@@ -34,6 +99,124 @@ CAP_NET_ADMIN = 12
 
 def _overrides(v):
     return v.get("vllm_release_overrides") or {}
+
+
+def _fix_for(name, spec_type, typed):
+    if spec_type in ("list", "dict"):
+        empty = "[...]" if spec_type == "list" else "{...}"
+        return (
+            f"give a {spec_type}: in YAML `{name}: {empty}`, on the command line -e '{{\"{name}\": {empty}}}' (an"
+            " INI inventory's [group:vars] values are strings: put it in group_vars YAML)"
+        )
+    if spec_type == "bool":
+        return "write true or false"
+    if spec_type == "int":
+        return f"write the whole number{f' {typed}' if isinstance(typed, int) and not isinstance(typed, bool) else ''}"
+    if spec_type == "float":
+        return "write a finite number"
+    return "give a string (quote it)"
+
+
+def _misread(spec_type, written):
+    """Whether the roles, which read an option as written (extra vars and inventory values come before any
+    typed copy), would read this value otherwise than the argument spec made of it."""
+    if spec_type in ("list", "dict"):
+        return not isinstance(written, list if spec_type == "list" else dict)
+    if spec_type in ("str", "path"):
+        return isinstance(written, (list, dict, bool))
+    if spec_type == "bool":
+        if isinstance(written, str):
+            return written.strip().lower() not in BOOL_WORDS
+        return not isinstance(written, bool) and not (isinstance(written, int) and written in (0, 1))
+    if spec_type == "int":
+        if isinstance(written, str):
+            return not WHOLE_NUMBER.match(written)
+        return not isinstance(written, int) or isinstance(written, bool)
+    if spec_type == "float":
+        if isinstance(written, bool):
+            return True
+        try:
+            return not math.isfinite(float(written))
+        except (TypeError, ValueError, OverflowError):
+            return False  # the argument spec says it
+    return False
+
+
+_PYTHON_TYPES = {"list": list, "dict": dict, "bool": bool, "int": int, "float": float, "str": str, "path": str}
+
+
+def written_types(host, options, written, validated):
+    """Problems for option values the argument spec accepts by converting them but the roles would misread.
+
+    The roles read each variable as the inventory or -e wrote it: "a,b" for a list (the spec splits it, the roles
+    iterate its characters), "y" for a bool (the spec's true, `| bool`'s false), "1e3" or 8.0 for a whole number,
+    ["x"] for a string (the spec's "['x']", an API key of that text), nan for a number. validated: what the spec
+    made of them; a value it could not convert is its own problem already.
+    """
+    problems = []
+    for name, value in written.items():
+        spec_type = options.get(name, {}).get("type", "str")
+        accepted = isinstance(validated.get(name), _PYTHON_TYPES.get(spec_type, object))
+        if value is None or not accepted or not _misread(spec_type, value):
+            continue
+        shown = repr(value) if not isinstance(value, str) else f"the string {value!r}"
+        if "api_key" in name or "token" in name:
+            shown = f"a {type(value).__name__}"
+        problems.append(
+            f"{host}: {name}: is {shown}, which the roles would read as written, not as the {spec_type} its"
+            f" argument spec makes of it; fix: {_fix_for(name, spec_type, value)}."
+        )
+    return problems
+
+
+def bounds(host, v):
+    """The numbers of BOUNDS inside their range (a null leaves vLLM's or the role's default)."""
+    problems = []
+    for name, (low, high) in BOUNDS.items():
+        value = v.get(name)
+        if value is None or isinstance(value, bool):
+            continue
+        if (low is not None and value < low) or (high is not None and value > high):
+            wanted = f"from {low} to {high}" if high is not None else f"at least {low}"
+            problems.append(f"{host}: {name}: is {value:g}, outside its range; fix: set it {wanted}.")
+    return problems
+
+
+def versions(host, v):
+    """vllm_version and the roles' versions that default to it: written as the release table names them, and one
+    release for all (the plan, the build, the install and the toolchain are for the same release).
+
+    Returns (problems, known): known is False when a version is not in the table, which the planner says for
+    vllm_version (with the supported ones) and this for a role's own; the checks that read the release then
+    have nothing to check.
+    """
+    problems, known = [], True
+    wanted = v.get("vllm_version")
+    canonical_wanted = None
+    for name in ("vllm_version", *ROLE_VERSIONS):
+        value = v.get(name)
+        if not isinstance(value, str) or not value or (name != "vllm_version" and value == wanted):
+            continue  # unset (the planner or the section says so), or it follows vllm_version
+        try:
+            canonical = normalize_version(value, _overrides(v))
+        except ValueError as err:
+            known = False
+            if name != "vllm_version":
+                problems.append(f"{host}: {name}: {err}; fix: drop {name} (it follows vllm_version) or correct it.")
+            continue
+        if name == "vllm_version":
+            canonical_wanted = canonical
+        if canonical != value:
+            problems.append(
+                f"{host}: {name}: is {value!r}; the roles name the install directory and compare versions by it as"
+                f" written; fix: write {canonical}."
+            )
+        elif name != "vllm_version" and canonical_wanted and canonical != canonical_wanted:
+            problems.append(
+                f"{host}: {name}: is {value} but vllm_version, which the plan is for, is {wanted}; fix: drop {name}"
+                " (it follows vllm_version) or set both to one release."
+            )
+    return problems, known
 
 
 def toolchain(host, v, facts, distribution_file, distribution_vars, compilers):
@@ -405,6 +588,7 @@ def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.
             " them and set vllm_plan_gpu_memory_utilization (vLLM's share of a NUMA node's RAM, checked against the"
             " node) or vllm_plan_kvcache_gib."
         )
+    problems += _service_overrides(host, v, plan)
     lb_port = int(v.get("loadbalancer_port", 8080))
     if host in loadbalancers and lb_port in ports:
         problems.append(
@@ -479,6 +663,50 @@ def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.
         )
     except ValueError as err:
         problems.append(f"{host}: {err}")
+    return problems
+
+
+def _service_overrides(host, v, plan):
+    """vllm_service_extra_args and vllm_service_extra_env that would replace what the role and the plan set, and
+    keys that are no bearer token."""
+    problems = []
+    taken = {}
+    for arg in map(str, v["vllm_service_extra_args"]):
+        flag = arg.split("=", 1)[0]
+        flag = flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+        if flag in SERVICE_FLAGS:
+            taken.setdefault(flag, SERVICE_FLAGS[flag])
+    if taken:
+        problems.append(
+            f"{host}: vllm_service_extra_args: has {', '.join(taken)}, which the role already sets (vLLM takes the"
+            " last, so the instance would leave its plan or its key); fix: drop them and set "
+            + "; ".join(f"{flag}: {where}" for flag, where in taken.items())
+            + "."
+        )
+    planned = {name for instance in plan["instances"] for name in instance.get("env", {})}
+    runtime = set(v.get("vllm_service_runtime_env_names") or ())
+    env = v["vllm_service_extra_env"]
+    replaced = sorted(name for name in env if name in planned or name in runtime or name in SERVICE_ENV)
+    if replaced:
+        owner = {name: SERVICE_ENV.get(name, "the plan" if name in planned else "vllm_service") for name in replaced}
+        where = [f"{name}: {who}" for name, who in owner.items()]
+        problems.append(
+            f"{host}: vllm_service_extra_env: sets {', '.join(replaced)}, which the plan or the role writes (the"
+            f" extra environment would replace it); fix: drop them ({'; '.join(where)})."
+        )
+    bad = sorted(str(name) for name, value in env.items() if not ENV_NAME.match(str(name)) or "\n" in str(value))
+    if bad:
+        problems.append(
+            f"{host}: vllm_service_extra_env: {', '.join(map(repr, bad))} is not a variable name (letters, digits,"
+            " _; not a digit first) or its value has a line break; fix: correct the name or the value."
+        )
+    for name in ("vllm_service_api_key", "vllm_service_api_key_previous"):
+        key = v[name]
+        if key and (key != key.strip() or re.search(r"[\s\x00-\x1f\x7f]", key)):
+            problems.append(
+                f"{host}: {name}: has blanks or control characters, which no client can send as a bearer token;"
+                " fix: use a key of visible characters (e.g. `openssl rand -hex 32`), in Ansible Vault."
+            )
     return problems
 
 

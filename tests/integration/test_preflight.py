@@ -214,14 +214,43 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
             {"vllm_plan_gpu_memory_utilization": 0.6, "vllm_plan_omp_threads_bind": ["1-20", "21-40"]},
             ["vllm_plan_gpu_memory_utilization", "2 ranks on NUMA node 0", "fix: set it to at most 0.5"],
         ),
+        # Values as -e or an INI inventory's [group:vars] give them (strings), which the roles read as written.
+        "list-as-string": (
+            {"vllm_service_extra_args": "--enable-prefix-caching"},
+            ["vllm_service_extra_args: is the string '--enable-prefix-caching'", "fix: give a list"],
+        ),
+        "bool-y": ({"vllm_build_force": "y"}, ["vllm_build_force: is the string 'y'", "fix: write true or false"]),
+        "key-as-list": ({"vllm_service_api_key": ["s3cret"]}, ["vllm_service_api_key: is a list", "fix: give a"]),
+        "keep-none": (
+            {"vllm_install_keep_versions": "0"},
+            ["vllm_install_keep_versions: is 0, outside its range; fix: set it at least 1"],
+        ),
+        "v-version": ({"vllm_version": "v0.32.0"}, ["v-version: vllm_version: is 'v0.32.0'", "fix: write 0.32.0"]),
+        # What the role and the plan set, given again.
+        "port-in-args": (
+            {"vllm_service_extra_args": ["--port", "9999"]},
+            ["vllm_service_extra_args: has --port", "--port: vllm_plan_base_port"],
+        ),
+        "env-over-plan": (
+            {"vllm_service_extra_env": {"VLLM_CPU_KVCACHE_SPACE": "500"}},
+            ["vllm_service_extra_env: sets VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_KVCACHE_SPACE: the plan"],
+        ),
     }
     hosts = {name: variables for name, (variables, _) in cases.items()}
     hosts["good"] = {}
+    # Strings the roles read alike (through | bool, as text): they pass.
+    hosts["good-strings"] = {
+        "vllm_build_force": "false",
+        "toolchain_install_compiler": "true",
+        "vllm_service_max_num_seqs": "8",
+        "vllm_install_keep_host_wheelhouse": "no",
+    }
     result = run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=["lb-port"])
     output = result.stdout
     assert result.returncode != 0
     stats = recap(output)
     assert all(host_stats["changed"] == 0 for host_stats in stats.values()), stats
+    assert "s3cret" not in output
     for host, (_, words) in cases.items():
         message = failure_of(output, host)
         assert message, f"{host}: no failure reported\n{output[-3000:]}"

@@ -4,9 +4,11 @@ import hashlib
 import json
 
 import pytest
+import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
-from ansible_collections.vllm.cpu_fleet.tests.conftest import load_expected_facts
+from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO, load_expected_facts
 
 FACTS = {
     "vllm_cpu": load_expected_facts("spr-2s-amx"),
@@ -242,7 +244,10 @@ def service_vars(**changes):
         "vllm_service_model_id": "",
         "vllm_service_shm_mib_per_instance": 256,
         "vllm_service_extra_args": [],
+        "vllm_service_extra_env": {},
+        "vllm_service_runtime_env_names": ["HOME", "LD_PRELOAD", "PYTHONPATH"],
         "vllm_service_api_key": "k",
+        "vllm_service_api_key_previous": "",
         "vllm_service_allow_unauthenticated": False,
         "vllm_service_paths_without_key": ["/health"],
         "vllm_service_firewall": "none",
@@ -378,3 +383,206 @@ def test_rollout_serial_is_checked():
     assert checks.rollout("h", {"rollout_serial": "25%"}) == []
     (problem,) = checks.rollout("h", {"rollout_serial": "0%"})
     assert problem.startswith("h: rollout_serial")
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "named"),
+    [
+        (["--port", "9999"], "--port: vllm_plan_base_port"),
+        (["--host=0.0.0.0", "--enable-prefix-caching"], "--host: vllm_service_listen_address"),
+        (["--max_num_seqs=4"], "--max-num-seqs: vllm_service_max_num_seqs"),
+        (["-tp", "4"], "-tp: vllm_plan_tp"),
+        (["--api-key", "x"], "--api-key: vllm_service_api_key"),
+    ],
+)
+def test_extra_args_may_not_replace_what_the_role_sets(extra_args, named):
+    problems = checks.service(
+        "h", service_vars(vllm_service_extra_args=extra_args), FACTS, PLAN, service_probe(), [], lambda p: True
+    )
+    assert len(problems) == 1
+    assert problems[0].startswith("h: vllm_service_extra_args: has ")
+    assert named in problems[0]
+
+
+def test_extra_args_of_their_own_pass():
+    v = service_vars(vllm_service_extra_args=["--enable-prefix-caching", "--middleware", "my.Middleware"])
+    assert checks.service("h", v, FACTS, PLAN, service_probe(), [], lambda p: True) == []
+
+
+@pytest.mark.parametrize(
+    ("extra_env", "expected"),
+    [
+        ({"VLLM_CPU_KVCACHE_SPACE": "500"}, "sets VLLM_CPU_KVCACHE_SPACE, which the plan or the role writes"),
+        ({"VLLM_CPU_OMP_THREADS_BIND": "all"}, "VLLM_CPU_OMP_THREADS_BIND: the plan"),
+        ({"VLLM_SERVICE_OPEN_PATHS": "/v1/completions"}, "VLLM_SERVICE_OPEN_PATHS: vllm_service_paths_without_key"),
+        ({"VLLM_API_KEY": ""}, "VLLM_API_KEY: vllm_service_api_key"),
+        ({"PYTHONPATH": "/tmp"}, "PYTHONPATH: vllm_service"),
+        ({"A B": "1"}, "'A B' is not a variable name"),
+        ({"X": "1\n2"}, "'X' is not a variable name (letters, digits, _; not a digit first) or its value"),
+    ],
+)
+def test_extra_env_may_not_replace_the_plan_or_the_key(extra_env, expected):
+    problems = checks.service(
+        "h", service_vars(vllm_service_extra_env=extra_env), FACTS, PLAN, service_probe(), [], lambda p: True
+    )
+    assert len(problems) == 1
+    assert problems[0].startswith("h: vllm_service_extra_env: ")
+    assert expected in problems[0]
+
+
+@pytest.mark.parametrize("name", ["vllm_service_api_key", "vllm_service_api_key_previous"])
+@pytest.mark.parametrize("key", ["   ", " k", "k ", "a b", "k\t"])
+def test_keys_no_client_can_send_are_refused(name, key):
+    problems = checks.service("h", service_vars(**{name: key}), FACTS, PLAN, service_probe(), [], lambda p: True)
+    assert problems == [
+        f"h: {name}: has blanks or control characters, which no client can send as a bearer token; fix: use a key"
+        " of visible characters (e.g. `openssl rand -hex 32`), in Ansible Vault."
+    ]
+
+
+def validated(written):
+    return ArgumentSpecValidator(OPTIONS).validate(written).validated_parameters
+
+
+OPTIONS = {
+    "a_list": {"type": "list"},
+    "a_dict": {"type": "dict"},
+    "a_bool": {"type": "bool"},
+    "an_int": {"type": "int"},
+    "a_float": {"type": "float"},
+    "a_str": {"type": "str"},
+    "a_path": {"type": "path"},
+    "vllm_service_api_key": {"type": "str"},
+    "anything": {"type": "raw"},
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "written", "expected"),
+    [
+        ("a_list", "/v1/,/", "a_list: is the string '/v1/,/', which the roles would read as written, not as the list"),
+        ("a_list", "--enable-prefix-caching", "fix: give a list: in YAML `a_list: [...]`"),
+        ("a_dict", "a=1", "fix: give a dict: in YAML `a_dict: {...}`, on the command line -e '{\"a_dict\": {...}}'"),
+        ("a_bool", "y", "a_bool: is the string 'y'"),
+        ("a_bool", 1.0, "a_bool: is 1.0"),
+        ("an_int", "1e3", "an_int: is the string '1e3'"),
+        ("an_int", 8.0, "fix: write the whole number."),
+        ("an_int", True, "an_int: is True"),
+        ("a_float", "nan", "fix: write a finite number."),
+        ("a_float", float("inf"), "a_float: is inf"),
+        ("a_float", False, "a_float: is False"),
+        ("a_str", ["x"], "a_str: is ['x'], which the roles would read as written, not as the str"),
+        ("a_path", {"k": 1}, "fix: give a string (quote it)."),
+        ("vllm_service_api_key", ["s3cret"], "vllm_service_api_key: is a list,"),
+    ],
+)
+def test_values_the_roles_would_misread_are_refused(name, written, expected):
+    problems = checks.written_types("h", OPTIONS, {name: written}, validated({name: written}))
+    assert len(problems) == 1
+    assert problems[0].startswith(f"h: {name}: is ")
+    assert expected in problems[0]
+    assert "s3cret" not in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "written"),
+    [
+        ("a_list", ["a"]),
+        ("a_dict", {"a": 1}),
+        ("a_bool", "false"),
+        ("a_bool", "Yes"),
+        ("a_bool", "1"),
+        ("a_bool", 0),
+        ("a_bool", True),
+        ("an_int", "8"),
+        ("an_int", " -8 "),
+        ("an_int", 8),
+        ("a_float", "0.5"),
+        ("a_float", 2),
+        ("a_str", "x"),
+        ("a_str", 3),
+        ("a_path", "/x"),
+        ("anything", ["x"]),
+        ("a_list", None),
+    ],
+)
+def test_values_the_roles_read_alike_pass(name, written):
+    assert checks.written_types("h", OPTIONS, {name: written}, validated({name: written})) == []
+
+
+@pytest.mark.parametrize(("name", "written"), [("an_int", "eighty"), ("a_bool", "maybe"), ("a_dict", "abc")])
+def test_values_the_argument_spec_refuses_are_said_once(name, written):
+    assert checks.written_types("h", OPTIONS, {name: written}, validated({name: written})) == []
+
+
+@pytest.mark.parametrize(
+    ("v", "expected"),
+    [
+        (
+            {"vllm_install_keep_versions": 0},
+            ["h: vllm_install_keep_versions: is 0, outside its range; fix: set it at least 1."],
+        ),
+        (
+            {"loadbalancer_max_removed_servers_percent": 101},
+            ["h: loadbalancer_max_removed_servers_percent: is 101, outside its range; fix: set it from 0 to 100."],
+        ),
+        ({"vllm_build_nice": 100, "vllm_service_max_num_seqs": 0}, 2),
+        (
+            {"vllm_install_min_free_gib": -0.5},
+            ["h: vllm_install_min_free_gib: is -0.5, outside its range; fix: set it at least 0."],
+        ),
+        ({"vllm_service_max_model_len": None, "vllm_build_nice": -20, "vllm_install_keep_versions": 1}, []),
+    ],
+)
+def test_numbers_outside_their_range_are_refused(v, expected):
+    problems = checks.bounds("h", v)
+    assert (len(problems) if isinstance(expected, int) else problems) == expected
+
+
+def test_every_number_of_the_roles_is_bounded_or_checked_elsewhere():
+    """A new int or float option gets a range in BOUNDS, or is named here with where it is checked."""
+    checked_elsewhere = {
+        "loadbalancer_port",  # the load balancer's preflight: 1-65535, not an instance's port
+        "vllm_service_block_size",  # service(): a positive multiple of 32
+        "vllm_service_stop_timeout",  # service(): the timers, at least 1
+        "vllm_service_health_timeout",
+        "vllm_service_smoke_concurrency",
+        "vllm_service_smoke_timeout",
+    }
+    numbers = set()
+    for spec in (REPO / "roles").glob("*/meta/argument_specs.yml"):
+        if spec.parts[-3] == "vllm_plan":
+            continue  # the planner bounds its knobs
+        options = yaml.safe_load(spec.read_text())["argument_specs"]["main"]["options"]
+        numbers |= {name for name, option in options.items() if option.get("type") in ("int", "float")}
+    assert numbers - checked_elsewhere == set(checks.BOUNDS)
+
+
+@pytest.mark.parametrize(
+    ("v", "expected", "known"),
+    [
+        ({"vllm_version": "v0.32.0"}, ["h: vllm_version: is 'v0.32.0'; the roles name the install directory"], True),
+        # The role versions follow vllm_version: its problem is said once, on it.
+        ({"vllm_version": " 0.32.0 ", "vllm_install_version": " 0.32.0 "}, ["h: vllm_version: is ' 0.32.0 '"], True),
+        (
+            {"vllm_version": "0.32.0", "vllm_install_version": "0.31.0"},
+            ["h: vllm_install_version: is 0.31.0 but vllm_version, which the plan is for, is 0.32.0; fix: drop"],
+            True,
+        ),
+        ({"vllm_version": "0.32.0", "vllm_build_version": "V0.32.0"}, ["h: vllm_build_version: is 'V0.32.0'"], True),
+        ({"vllm_version": "0.32.0", "vllm_install_version": "0.32.0", "toolchain_vllm_version": "0.32.0"}, [], True),
+        # The planner names an unknown vllm_version; a role's own unknown one is named here.
+        ({"vllm_version": "latest", "vllm_install_version": "latest"}, [], False),
+        (
+            {"vllm_version": "0.32.0", "vllm_build_version": "main"},
+            ["h: vllm_build_version: vLLM version 'main' is not supported; supported versions: "],
+            False,
+        ),
+    ],
+)
+def test_versions_are_written_as_the_table_names_them_and_agree(v, expected, known):
+    problems, releases_known = checks.versions("h", v)
+    assert releases_known is known
+    assert len(problems) == len(expected)
+    for problem, start in zip(problems, expected, strict=True):
+        assert problem.startswith(start)
