@@ -21,9 +21,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
+# The collection's Python by its import name (its modules import each other so): in a checkout through
+# collections/ (a link to the checkout), in an installed collection through the directory holding ansible_collections.
+for _root in (REPO / "collections", *REPO.parents[2:3]):
+    if (_root / "ansible_collections" / "vllm" / "cpu_fleet").is_dir():
+        sys.path.insert(0, str(_root))
+        break
 
-import vllm_cpu_release_probe as probe_lib  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_release_probe as probe_lib  # noqa: E402
 
 ROWS_FILE = REPO / "plugins" / "module_utils" / "vllm_cpu_releases.json"
 
