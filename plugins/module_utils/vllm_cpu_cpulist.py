@@ -25,6 +25,25 @@ def show(value, limit=_SHOW):
     return f"{text[:limit]}... ({len(text)} characters)"
 
 
+def kind_of(value):
+    """'a list', 'an integer', ... for messages about a value of the wrong type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a dict"
+    return f"a {type(value).__name__}"
+
+
 def parse_cpulist(text, max_cpu=MAX_CPU_ID):
     """Return the sorted, de-duplicated CPU ids of a kernel cpulist string.
 

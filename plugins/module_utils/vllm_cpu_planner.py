@@ -18,6 +18,7 @@ import re
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import (
     MAX_CPU_ID,
     format_cpulist,
+    kind_of,
     parse_cpulist,
     show,
 )
@@ -136,25 +137,6 @@ def _options(options):
     return merged
 
 
-def _kind(value):
-    """'a list', 'an integer', ... for messages about a value of the wrong type."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "a dict"
-    return f"a {type(value).__name__}"
-
-
 def _number(value, kind):
     """(number, None) for a value of ``kind`` ("int" or "float"/"share"), else (None, problem)."""
     whole = kind == "int"
@@ -179,7 +161,7 @@ def _number(value, kind):
         if not math.isfinite(value):
             return None, f"{show(value)} is not a finite number"
         return value, None
-    return None, f"{show(value)} is {_kind(value)}, not {wanted}"
+    return None, f"{show(value)} is {kind_of(value)}, not {wanted}"
 
 
 def _coerce_options(opts, problems):
@@ -229,7 +211,7 @@ def _coerce_options(opts, problems):
             binds = [binds]
         if not isinstance(binds, (list, tuple)):
             problems.add(
-                "omp_threads_bind", f"{show(binds)} is {_kind(binds)}, not a list of bind strings",
+                "omp_threads_bind", f"{show(binds)} is {kind_of(binds)}, not a list of bind strings",
                 "give one string per instance, e.g. [\"1-27|56-83\"], or leave it unset (null)",
             )
         elif not binds:
@@ -241,7 +223,7 @@ def _coerce_options(opts, problems):
             for index, text in enumerate(binds):
                 if not isinstance(text, str):
                     problems.add(
-                        f"omp_threads_bind[{index}]", f"{show(text)} is {_kind(text)}, not a bind string",
+                        f"omp_threads_bind[{index}]", f"{show(text)} is {kind_of(text)}, not a bind string",
                         "write it as a quoted string like \"0-27|56-83\"",
                     )
             opts["omp_threads_bind"] = list(binds)
@@ -253,7 +235,7 @@ def _check_choice(opts, name, choices, problems, what=None):
         return True
     described = f"{show(value)} is not {what}: one of" if what else f"{show(value)} is not one of"
     if not isinstance(value, str):
-        described = f"{show(value)} is {_kind(value)}, not one of"
+        described = f"{show(value)} is {kind_of(value)}, not one of"
     problems.add(name, f"{described} {', '.join(choices)}", f"use {', '.join(choices[:-1])} or {choices[-1]}")
     return False
 
@@ -278,7 +260,7 @@ def _check_facts(facts, numa, problems):
     """Refuse facts the planner cannot trust; True when they are usable."""
     fix = "re-read the facts with the vllm_cpu_facts module (it refuses such trees)"
     if not isinstance(facts, dict):
-        problems.add("vllm_cpu", f"is {_kind(facts)}, not a dict", "pass ansible_facts.vllm_cpu", prefixed=False)
+        problems.add("vllm_cpu", f"is {kind_of(facts)}, not a dict", "pass ansible_facts.vllm_cpu", prefixed=False)
         return False
     before = len(problems)
     for key in ("arch", "isa_class"):
@@ -286,13 +268,13 @@ def _check_facts(facts, numa, problems):
             state = "is missing" if facts.get(key) is None else f"{show(facts.get(key))} is not a name"
             problems.add(f"vllm_cpu.{key}", state, fix, prefixed=False)
     if facts.get("isa") is not None and not isinstance(facts.get("isa"), dict):
-        problems.add("vllm_cpu.isa", f"is {_kind(facts['isa'])}, not a dict", fix, prefixed=False)
+        problems.add("vllm_cpu.isa", f"is {kind_of(facts['isa'])}, not a dict", fix, prefixed=False)
     _fact_int(problems, "vllm_cpu.memory_mib", facts.get("memory_mib"), 1)
     for key in ("online_cpus", "allowed_cpus"):
         _fact_cpus(problems, f"vllm_cpu.{key}", facts.get(key))
     cgroup = facts.get("cgroup")
     if cgroup is not None and not isinstance(cgroup, dict):
-        problems.add("vllm_cpu.cgroup", f"is {_kind(cgroup)}, not a dict", fix, prefixed=False)
+        problems.add("vllm_cpu.cgroup", f"is {kind_of(cgroup)}, not a dict", fix, prefixed=False)
     elif cgroup and cgroup.get("cpu_limit") is not None:
         limit = cgroup["cpu_limit"]
         if isinstance(limit, int) and not isinstance(limit, bool) and limit < 1:
@@ -304,17 +286,20 @@ def _check_facts(facts, numa, problems):
         _fact_int(problems, "vllm_cpu.usable_cpus", facts["usable_cpus"], 1)
     nodes = facts.get("numa_nodes")
     if not isinstance(nodes, list):
-        state = "is missing" if nodes is None else f"is {_kind(nodes)}, not a list"
+        state = "is missing" if nodes is None else f"is {kind_of(nodes)}, not a list"
         problems.add("vllm_cpu.numa_nodes", state, fix, prefixed=False)
         return False
     for index, node in enumerate(nodes):
         variable = f"vllm_cpu.numa_nodes[{index}]"
         if not isinstance(node, dict):
-            problems.add(variable, f"is {_kind(node)}, not a dict", fix, prefixed=False)
+            problems.add(variable, f"is {kind_of(node)}, not a dict", fix, prefixed=False)
             continue
         _fact_int(problems, variable + ".id", node.get("id"), 0, 4095)
         if node.get("memory_mib") is not None:
             _fact_int(problems, variable + ".memory_mib", node["memory_mib"], 0)
+        if node.get("memory_allowed") is not None and not isinstance(node["memory_allowed"], bool):
+            problems.add(variable + ".memory_allowed", f"{show(node['memory_allowed'])} is not true or false", fix,
+                         prefixed=False)  # fmt: skip
         cores = node.get("cores") or []
         if not isinstance(cores, list) or not all(isinstance(core, list) for core in cores):
             problems.add(variable + ".cores", "is not a list of lists of CPU ids", fix, prefixed=False)
@@ -354,7 +339,7 @@ def _check_facts(facts, numa, problems):
 def _fact_cpus(problems, variable, cpus):
     fix = "re-read the facts with the vllm_cpu_facts module"
     if not isinstance(cpus, list):
-        state = "is missing" if cpus is None else f"is {_kind(cpus)}, not a list of CPU ids"
+        state = "is missing" if cpus is None else f"is {kind_of(cpus)}, not a list of CPU ids"
         problems.add(variable, state, fix, prefixed=False)
         return
     for cpu in cpus:
@@ -363,29 +348,10 @@ def _fact_cpus(problems, variable, cpus):
             return
 
 
-def _single_node(facts):
-    """The facts with every NUMA node merged into node 0 (numa: single)."""
-    cores, seen = [], set()
-    for node in facts["numa_nodes"]:
-        for core in node.get("cores") or []:
-            fresh = [cpu for cpu in core if cpu not in seen]
-            seen.update(fresh)
-            if fresh:
-                cores.append(sorted(fresh))
-    merged = {
-        "id": 0,
-        "cpus": sorted(seen),
-        "cores": sorted(cores),
-        "memory_mib": sum(node.get("memory_mib") or 0 for node in facts["numa_nodes"]) or facts["memory_mib"],
-        "distance": [10],
-    }
-    return dict(facts, numa_nodes=[merged])
-
-
 def _plan(facts, options):
     if not isinstance(options, dict):
         problems = _Problems("host", "")
-        problems.add("options", f"is {_kind(options)}, not a dict", "pass the planner options as a dict")
+        problems.add("options", f"is {kind_of(options)}, not a dict", "pass the planner options as a dict")
         return None, problems
     opts = _options(options)
     problems = _Problems(opts["host"], opts["variable_prefix"])
@@ -399,8 +365,6 @@ def _plan(facts, options):
         return None, problems
     if not _check_facts(facts, opts["numa"], problems):
         return None, problems
-    if opts["numa"] == "single":
-        facts = _single_node(facts)
     version = opts["vllm_version"]
     if version is None:
         fix = "set it in the inventory (group_vars/all), e.g. 0.32.0"
@@ -423,7 +387,18 @@ def _plan(facts, options):
     _coerce_options(opts, problems)
     if problems:
         return None, problems
-    topo = _Topology(facts)
+    topo = _Topology(facts, release["memory_binding"], single=opts["numa"] == "single")
+    if not topo.nodes and topo.without_memory:
+        problems.add(
+            "vllm_cpu.numa_nodes",
+            f"the allowed CPUs are on NUMA node(s) {format_cpulist(topo.without_memory)}, which have no memory this "
+            "process may allocate (MemTotal 0, or outside Mems_allowed_list / the cgroup's cpuset.mems); vLLM binds "
+            "each rank's memory to its CPUs' node",
+            "allow the process memory on those nodes (cgroup cpuset.mems, a container's --cpuset-mems) or CPUs on "
+            "a node that has memory (cgroup cpuset.cpus, taskset)",
+            prefixed=False,
+        )
+        return None, problems
     if not topo.nodes:
         problems.add(
             "allowed_cpus",
@@ -456,6 +431,8 @@ def _plan(facts, options):
         "isa_class": facts["isa_class"],
         "mode": "tp" if any(g["tp"] > 1 for g in groups) else "dp",
         "instances": instances,
+        # Nodes with allowed CPUs left idle: no memory this process may allocate there for a rank.
+        "numa_nodes_without_memory": topo.without_memory,
         "build": _build(facts, release, opts, problems),
     }
     return result, problems
@@ -475,51 +452,76 @@ def cpu_budget(facts):
 
 
 class _Topology:
-    """The usable CPUs of the facts, grouped by node and physical core."""
+    """The usable CPUs of the facts, grouped by node and physical core, and the memory ranks on them get.
 
-    def __init__(self, facts):
+    A node whose memory this process cannot allocate (MemTotal 0, or outside Mems_allowed) gets no
+    rank: vLLM binds each rank's memory to its CPUs' node. With numa single the other nodes form
+    one node for the layout, while a rank's memory still follows the facts' nodes.
+    """
+
+    def __init__(self, facts, memory_binding, single=False):
         online = set(facts.get("online_cpus") or [])
         allowed = set(facts.get("allowed_cpus") or [])
         self.usable = online & allowed
         self.online, self.allowed = online, allowed
         self.memory_mib = facts.get("memory_mib") or 0
+        self.memory_binding = memory_binding
         self.nodes = {}
         self.core_of = {}  # cpu -> tuple of usable siblings
-        self.node_of = {}
-        self.memory_of = {}
+        self.memory_node_of = {}  # cpu -> the facts' node holding it
+        self.memory_of = {}  # node -> MiB this process may allocate there
+        self.without_memory = []
         for node in sorted(facts.get("numa_nodes") or [], key=lambda n: n["id"]):
-            self.memory_of[node["id"]] = node.get("memory_mib") or 0
+            memory = (node.get("memory_mib") or 0) if node.get("memory_allowed", True) else 0
+            self.memory_of[node["id"]] = memory
             cores = []
             for core in node.get("cores") or []:
-                siblings = tuple(sorted(c for c in core if c in self.usable))
+                # numa single takes facts whose nodes overlap: a CPU counts on its first node only.
+                siblings = tuple(sorted(c for c in core if c in self.usable and c not in self.core_of))
                 if siblings:
                     cores.append(siblings)
                     for cpu in siblings:
                         self.core_of[cpu] = siblings
-                        self.node_of[cpu] = node["id"]
-            if cores:
+                        self.memory_node_of[cpu] = node["id"]
+            if cores and memory:
                 self.nodes[node["id"]] = sorted(cores)
-        self.node_ids = sorted(self.nodes)
+            elif cores:
+                self.without_memory.append(node["id"])
         # A cgroup limit (already folded into memory_mib) is not per node: share it
-        # out in proportion to the nodes' own memory.
-        node_total = sum(self.memory_of[n] for n in self.node_ids) or 1
+        # out in proportion to the memory of the nodes ranks may use.
+        node_total = sum(self.memory_of[n] for n in self.nodes) or 1
         self.cgroup_scale = min(1.0, self.memory_mib / node_total) if self.memory_mib else 1.0
+        if single and self.nodes:
+            self.nodes = {0: sorted(core for cores in self.nodes.values() for core in cores)}
+        self.node_ids = sorted(self.nodes)
+        self.node_of = {cpu: n for n, cores in self.nodes.items() for core in cores for cpu in core}
         self.cpu_budget = cpu_budget(facts)
 
-    def usable_gib(self, node, fraction):
-        """Memory one rank on ``node`` may use for weights, KV cache and runtime."""
-        return self.memory_of[node] * self.cgroup_scale * fraction / GIB_MIB
+    def rank_gib(self, rank, fraction):
+        """Memory one rank bound to these CPUs may use for weights, KV cache and runtime.
+
+        The release's memory_binding says which nodes vLLM binds it to: the first CPU's
+        (0.20.0+) or every bound CPU's (before); one and the same node unless a rank spans nodes.
+        """
+        cpus = rank[:1] if self.memory_binding == "first_cpu_node" else rank
+        nodes = {self.memory_node_of[cpu] for cpu in cpus}
+        return sum(self.memory_of[n] for n in nodes) * self.cgroup_scale * fraction / GIB_MIB
 
 
-def _kv_room_gib(topo, nodes, opts, tp):
-    """Largest KV cache (GiB, may be <= 0) every rank of an instance on ``nodes`` can hold."""
+def _kv_room_gib(topo, ranks, opts, tp):
+    """Largest KV cache (GiB, may be <= 0) every rank bound to ``ranks`` (CPU lists) can hold."""
     shard = float(opts["model_size_gib"]) / tp
-    return min(topo.usable_gib(n, opts["memory_fraction"]) - shard - opts["runtime_overhead_gib"] for n in nodes)
+    return min(topo.rank_gib(rank, opts["memory_fraction"]) - shard - opts["runtime_overhead_gib"] for rank in ranks)
 
 
-def _fits(topo, nodes, opts, tp):
+def _fits(topo, ranks, opts, tp):
     need = opts["kvcache_gib"] if opts["kvcache_gib"] is not None else opts["min_kvcache_gib"]
-    return _kv_room_gib(topo, nodes, opts, tp) >= need
+    return _kv_room_gib(topo, ranks, opts, tp) >= need
+
+
+def _laid_out(topo, nodes):
+    """The ranks of an instance on ``nodes`` before reserved cores are taken: one CPU per core."""
+    return [[core[0] for core in topo.nodes[n]] for n in nodes]
 
 
 def _chunks(node_ids, tp):
@@ -532,13 +534,14 @@ def _groups_from_layout(topo, opts, problems):
     if tp is None:
         if opts["mode"] == "tp":
             tp = len(node_ids)
-        elif opts["mode"] == "dp" or all(_fits(topo, [n], opts, 1) for n in node_ids):
+        elif opts["mode"] == "dp" or all(_fits(topo, _laid_out(topo, [n]), opts, 1) for n in node_ids):
             tp = 1
         else:
             fitting = [
                 size
                 for size in range(2, len(node_ids) + 1)
-                if size not in UNSUPPORTED_TP and all(_fits(topo, c, opts, size) for c in _chunks(node_ids, size))
+                if size not in UNSUPPORTED_TP
+                and all(_fits(topo, _laid_out(topo, c), opts, size) for c in _chunks(node_ids, size))
             ]
             if not fitting:
                 explicit_kv = opts["kvcache_gib"] is not None
@@ -573,20 +576,23 @@ def _groups_from_layout(topo, opts, problems):
         return []
     groups = []
     for nodes in _chunks(node_ids, tp):
-        if not _fits(topo, nodes, opts, tp):
-            room = _kv_room_gib(topo, nodes, opts, tp)
+        reserved_cores = _reserved_cores(topo, nodes, opts, problems)
+        ranks = [[core[0] for core in topo.nodes[n] if core not in reserved_cores] for n in nodes]
+        groups.append({"nodes": nodes, "tp": tp, "ranks": ranks, "reserved": reserved_cores})
+    fitted = _fit_cpu_budget(groups, topo, problems)
+    # Memory follows the ranks as bound (a CPU quota may shorten them), or as laid out when none fit the quota.
+    for group in fitted or groups:
+        if not _fits(topo, group["ranks"], opts, tp):
+            room = _kv_room_gib(topo, group["ranks"], opts, tp)
             problems.add(
                 _memory_variable(opts),
-                f"on NUMA node(s) {format_cpulist(nodes)} each rank has {max(room, 0):.1f} GiB left for the KV "
-                f"cache after a {float(opts['model_size_gib']) / tp:.1f} GiB weight shard and "
+                f"on NUMA node(s) {format_cpulist(group['nodes'])} each rank has {max(room, 0):.1f} GiB left for "
+                f"the KV cache after a {float(opts['model_size_gib']) / tp:.1f} GiB weight shard and "
                 f"{opts['runtime_overhead_gib']} GiB runtime, less than the "
                 f"{opts['kvcache_gib'] or opts['min_kvcache_gib']} GiB needed",
                 f"lower kvcache_gib, raise tp or {opts['fraction_variable']}, or serve a smaller model",
             )
-        reserved_cores = _reserved_cores(topo, nodes, opts, problems)
-        ranks = [[core[0] for core in topo.nodes[n] if core not in reserved_cores] for n in nodes]
-        groups.append({"nodes": nodes, "tp": tp, "ranks": ranks, "reserved": reserved_cores})
-    return _fit_cpu_budget(groups, topo, problems)
+    return fitted
 
 
 def _fit_cpu_budget(groups, topo, problems):
@@ -699,6 +705,9 @@ def _check_bound_cpus(topo, variable, rank, cpus, owner, who, problems):
          (), ()),
         ([c for c in cpus if c in topo.usable and c not in topo.core_of], "which {} to no NUMA node", ("belongs",),
          ("belong",)),
+        ([c for c in cpus if topo.memory_node_of.get(c) in topo.without_memory],
+         "on a NUMA node without memory this process may allocate (MemTotal 0, or outside Mems_allowed_list / "
+         "the cgroup's cpuset.mems), where vLLM would bind the rank's memory", (), ()),
     )
     for bad, text, one, many in kinds:
         if bad:
@@ -732,12 +741,14 @@ def _check_bound_cpus(topo, variable, rank, cpus, owner, who, problems):
             f"rank {rank} binds SMT siblings on {len(shared)} physical cores ({listed})",
             "bind one CPU per physical core",
         )
-    nodes = sorted({topo.node_of[cpu] for cpu in known})
+    nodes = sorted({topo.node_of[cpu] for cpu in known if cpu in topo.node_of})
     if len(nodes) > 1:
+        binding = ("to the node of its first CPU, so the other threads read remote memory"
+                   if topo.memory_binding == "first_cpu_node" else
+                   "across its CPUs' nodes, so every thread reads remote memory for part of it")  # fmt: skip
         problems.add(
             variable,
-            f"rank {rank} spans NUMA nodes {format_cpulist(nodes)}; vLLM binds a rank's memory to the node of "
-            "its first CPU, so the other threads read remote memory",
+            f"rank {rank} spans NUMA nodes {format_cpulist(nodes)}; vLLM binds a rank's memory {binding}",
             "keep each rank inside one NUMA node (one rank per node)",
         )
     for cpu in known:
@@ -745,8 +756,8 @@ def _check_bound_cpus(topo, variable, rank, cpus, owner, who, problems):
 
 
 def _check_memory_fit(topo, group, opts, problems):
-    if not _fits(topo, group["nodes"], opts, group["tp"]):
-        room = _kv_room_gib(topo, group["nodes"], opts, group["tp"])
+    if not _fits(topo, group["ranks"], opts, group["tp"]):
+        room = _kv_room_gib(topo, group["ranks"], opts, group["tp"])
         problems.add(
             _memory_variable(opts),
             f"NUMA node(s) {format_cpulist(group['nodes'])} leave {max(room, 0):.1f} GiB per rank for the KV cache "
@@ -804,7 +815,7 @@ def _instance(index, group, topo, release, facts, opts, problems):
     if opts["kvcache_gib"] is not None:
         kvcache_gib = int(opts["kvcache_gib"])
     else:
-        kvcache_gib = max(1, math.floor(_kv_room_gib(topo, group["nodes"], opts, tp)))
+        kvcache_gib = max(1, math.floor(_kv_room_gib(topo, group["ranks"], opts, tp)))
     dtype = _dtype(facts, opts)
     isa = facts.get("isa") or {}
     env = {

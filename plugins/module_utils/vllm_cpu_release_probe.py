@@ -31,6 +31,8 @@ PYPROJECT = "pyproject.toml"
 SETUP = "setup.py"
 CLI_MAIN = "vllm/entrypoints/cli/main.py"
 API_SERVER = "vllm/entrypoints/openai/api_server.py"
+WORKER = "vllm/v1/worker/cpu_worker.py"
+CPU_UTILS = "csrc/cpu/utils.cpp"
 
 # The x86 ISA a 0.13-style build drops with a warning below the gcc minimum,
 # keyed by the name in cpu_extension.cmake's message.
@@ -50,7 +52,7 @@ class Source:
 
     # Only what a row depends on is kept in memory.
     _WANTED = re.compile(r"^(vllm/.*\.py|cmake/.*\.cmake|CMakeLists\.txt|requirements/.*\.(txt|in)|pyproject\.toml"
-                         r"|setup\.py|PKG-INFO)$")  # fmt: skip
+                         r"|setup\.py|PKG-INFO|csrc/cpu/utils\.cpp)$")  # fmt: skip
 
     def __init__(self, path):
         self.path = Path(path)
@@ -413,6 +415,30 @@ def _preloads_iomp(src, evidence):
     return index is not None
 
 
+def _memory_binding(src, evidence):
+    """Which NUMA nodes a CPU worker binds its memory to: what a rank's KV cache may use.
+
+    0.20.0+ pass one node, the first bound CPU's, to init_cpu_memory_env (0.32.0
+    vllm/v1/worker/cpu_worker.py:70); before, init_cpu_threads_env bound memory to the
+    nodes of every bound CPU (0.13.0 csrc/cpu/utils.cpp:48-52 collects them, :87 binds).
+    """
+    worker = src.require(WORKER)
+    index, _ = _find(worker, r"init_cpu_memory_env\(\s*\[\s*[\w.]+\s*\]\s*\)")
+    if index is not None:
+        evidence["memory_binding"] = _where(WORKER, index)
+        return "first_cpu_node"
+    native = src.lines(CPU_UTILS)
+    called, _ = _find(worker, r"\binit_cpu_threads_env\(")
+    start, _ = _find(native, r"\binit_cpu_threads_env\(")
+    index = _find(native, r"node_ids\.insert\(", start)[0] if called is not None and start is not None else None
+    if index is None:
+        raise ProbeError(f"{src.path}: cannot tell which NUMA nodes a CPU worker binds its memory to ({WORKER} "
+                         f"passes no one-node list to init_cpu_memory_env, and {CPU_UTILS}'s init_cpu_threads_env "
+                         "does not collect every bound CPU's node); review by hand")  # fmt: skip
+    evidence["memory_binding"] = _where(CPU_UTILS, index)
+    return "bound_cpu_nodes"
+
+
 def _serve(src, evidence):
     """How the release serves: its entry point, the distribution its CLI looks itself up as, the module form.
 
@@ -493,6 +519,7 @@ def probe(path, version=None, sha256=None):
         "runtime_requirements": runtime,
         **_serve(src, evidence),
         "preloads_iomp": _preloads_iomp(src, evidence),
+        "memory_binding": _memory_binding(src, evidence),
     }
     notes = _notes(src)
     # vllm_build replaces or drops these lines whatever the row says (vllm_build_github_requirement_replacement).

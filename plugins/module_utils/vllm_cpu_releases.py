@@ -66,6 +66,9 @@ _ARCHES = ("x86_64", "aarch64", "s390x")
 _ENV_TYPES = ("int", "bool", "str")
 _ENV_EXTRA = {"scope": ("per_rank", "total"), "unset": ("half_of_ram_per_node", "gpu_memory_utilization")}
 _SERVE = ("vllm serve", "python -m vllm.entrypoints.openai.api_server")
+# Which NUMA nodes a worker binds its memory to: the nodes of all its bound CPUs
+# (to 0.19.1), or the node of its first bound CPU (0.20.0+).
+MEMORY_BINDINGS = ("bound_cpu_nodes", "first_cpu_node")
 
 
 # What to install when the compiler is too old; Debian 12's only gcc is 12.2.
@@ -191,6 +194,7 @@ ROW_FORMAT = {
     else "the distribution name vllm/entrypoints/cli/main.py looks up (vllm), or null",
     "api_server_module": lambda v: None if isinstance(v, bool) else "true or false",
     "preloads_iomp": lambda v: None if isinstance(v, bool) else "true or false",
+    "memory_binding": lambda v: None if v in MEMORY_BINDINGS else " or ".join(MEMORY_BINDINGS),
     "gcc_workarounds": _check_gcc_workarounds,
 }
 # Keys a row may leave out, with their value then.
@@ -225,6 +229,13 @@ def validate_row(version, row, where=OVERRIDES_VARIABLE):
 _ACTIVE_OVERRIDES = [None]
 
 
+def _shown(value):
+    """A value as the inventory wrote it, cut short (standard library only: scripts/wheelhouse.py imports this file
+    by itself)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
 def _strip_v(text):
     text = str(text).strip()
     return text[1:] if text[:1] in ("v", "V") else text
@@ -237,7 +248,7 @@ def table(overrides=None):
         return RELEASES
     if not isinstance(overrides, dict):
         fix = f"fix: generate it with `{PROBE_COMMAND.format(version='X.Y.Z')}`"
-        raise InvalidReleaseRowError([f"{OVERRIDES_VARIABLE}: {type(overrides).__name__} is not a dict; {fix}"])
+        raise InvalidReleaseRowError([f"{OVERRIDES_VARIABLE}: {_shown(overrides)} is not a dict; {fix}"])
     merged = dict(RELEASES)
     problems = []
     for key, row in overrides.items():
@@ -403,7 +414,7 @@ def _distribution_message(release, verdict, gcc_version, arch, host, distributio
 
 def _verdict(vllm_version, gcc_version, isa, arch, accept_degraded, host, overrides, accept_workaround):
     if not isinstance(isa, dict):
-        raise ValueError(f"isa: {type(isa).__name__} is not a dict of ISA flags; fix: pass ansible_facts.vllm_cpu.isa")
+        raise ValueError(f"isa: {_shown(isa)} is not a dict of ISA flags; fix: pass ansible_facts.vllm_cpu.isa")
     for name, value in (("accept_degraded", accept_degraded), ("accept_workaround", accept_workaround)):
         if not isinstance(value, bool):
             raise ValueError(f"{name}: {value!r} is not a boolean; fix: pass true or false")

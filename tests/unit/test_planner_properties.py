@@ -19,6 +19,7 @@ def machines(draw):
         adjacent_siblings=draw(st.booleans()),
         node_memory_mib=draw(st.integers(4, 512)) * 1024,
         memory_only_nodes=draw(st.integers(0, 1)),
+        memory_denied=draw(st.sets(st.integers(0, len(nodes_cores) - 1), max_size=1)),
         offline=draw(st.sets(cpu_ids, max_size=3)),
         disallowed=draw(st.sets(cpu_ids, max_size=3)),
     )
@@ -56,6 +57,9 @@ def test_plans_keep_every_invariant(facts, opts):
     core_of, node_of = _core_of(facts), _node_of(facts)
     usable = set(facts["online_cpus"]) & set(facts["allowed_cpus"])
     memory = {node["id"]: node["memory_mib"] for node in facts["numa_nodes"]}
+    denied = {node["id"] for node in facts["numa_nodes"] if not node["memory_allowed"]}
+    assert result["numa_nodes_without_memory"] == sorted(n["id"] for n in facts["numa_nodes"]
+                                                         if n["cores"] and n["id"] in denied)  # fmt: skip
     bound_cores, reserved_cores = [], set()
     for instance in result["instances"]:
         reserved = set(parse_cpulist(instance["reserved_cpus"]))
@@ -65,6 +69,7 @@ def test_plans_keep_every_invariant(facts, opts):
             assert rank, "every rank binds at least one CPU"
             assert set(rank) <= usable, "bound CPUs exist, are online and allowed"
             assert {node_of[cpu] for cpu in rank} == {node}, "each rank stays inside its node"
+            assert node not in denied, "no rank where the process may not allocate memory"
             assert not set(rank) & reserved, "reserved CPUs are never bound"
             bound_cores += [core_of[cpu] for cpu in rank]
             shard = float(opts["model_size_gib"]) / instance["tp"]
@@ -90,8 +95,9 @@ def test_plans_keep_every_invariant(facts, opts):
 def test_small_models_always_plan_one_instance_per_cpu_node(facts):
     opts = {"vllm_version": "0.32.0", "model_size_gib": 0.5, "reserved_cpus": 0}
     assume(all(node["memory_mib"] >= 8 * 1024 for node in facts["numa_nodes"]))
+    cpu_nodes = [node["id"] for node in facts["numa_nodes"] if node["cores"] and node["memory_allowed"]]
+    assume(cpu_nodes)
     result = plan(facts, opts)
-    cpu_nodes = [node["id"] for node in facts["numa_nodes"] if node["cores"]]
     assert [i["numa_nodes"] for i in result["instances"]] == [[n] for n in cpu_nodes]
     assert [i["port"] for i in result["instances"]] == list(range(8000, 8000 + len(cpu_nodes)))
 

@@ -84,6 +84,15 @@ if _build_custom_ops():
     if _is_cuda():
         ext_modules.append(CMakeExtension(name="vllm._C_stable_libtorch"))
 """
+# 0.13.0-0.19.1: init_cpu_threads_env binds memory to the node of every bound CPU (0.13.0 csrc/cpu/utils.cpp:48-52).
+EARLY_CPU_UTILS = """std::string init_cpu_threads_env(const std::string& cpu_ids) {
+  if (numa_available() != -1) {
+    std::set<int> node_ids;
+    for (const auto& cpu_id : omp_cpu_ids) {
+      int node_id = numa_node_of_cpu(cpu_id);
+      node_ids.insert(node_id);
+    }
+"""
 # As 0.32.0's requirements/cpu.txt:9-10 pin it (with single quotes, which pip accepts too).
 TORCH = ("torch==2.15.0+cpu; platform_machine == 'x86_64' or platform_machine == 'aarch64'\n"
          "torch==2.15.0; platform_system == 'Darwin' or platform_machine == 'ppc64le'\n")  # fmt: skip
@@ -93,6 +102,8 @@ FILES = {
     "vllm/platforms/cpu.py": "kv = 1\ncache_config.kv_cache_memory_bytes = kv\n"
     'if "libtcmalloc" not in ld_preload_str:\n',
     "vllm/utils/ompmultiprocessing.py": 'n = envs.VLLM_CPU_NUM_OF_RESERVED_CPU\nos.environ.get("VLLM_CPU_SIM", "0")\n',
+    "vllm/v1/worker/cpu_worker.py": "cpu_core = allowed_cpu_list[0]\n"
+    "torch.ops._C.init_cpu_memory_env([cpu_core.numa_node])\n",
     "vllm/entrypoints/cli/serve.py": "",
     "cmake/cpu_extension.cmake": CMAKE,
     "requirements/build/cpu.txt": "cmake>=3.27\n" + TORCH,
@@ -147,6 +158,7 @@ def test_a_directory_gives_a_valid_row_with_places(tree):
     assert evidence["env_vars.VLLM_CPU_SIM"] == "vllm/utils/ompmultiprocessing.py:2"
     assert evidence["min_gcc"] == "cmake/cpu_extension.cmake:5"
     assert notes["onednn_git_tags"][0] == ["v3.14 (cmake/cpu_extension.cmake:15)"]
+    assert row["memory_binding"] == "first_cpu_node" and evidence["memory_binding"] == "vllm/v1/worker/cpu_worker.py:2"
     assert validate_row("0.34.0", row) == []
 
 
@@ -224,8 +236,11 @@ def test_an_unreadable_fact_stops_the_probe(tree):
 
 def test_early_release_semantics(tree):
     (tree / "vllm/utils/ompmultiprocessing.py").unlink()
-    (tree / "vllm/v1/worker").mkdir(parents=True)
-    (tree / "vllm/v1/worker/cpu_worker.py").write_text("n = envs.VLLM_CPU_NUM_OF_RESERVED_CPU\n")
+    (tree / "vllm/v1/worker/cpu_worker.py").write_text(
+        "n = envs.VLLM_CPU_NUM_OF_RESERVED_CPU\nret = torch.ops._C_utils.init_cpu_threads_env(self.local_omp_cpuid)\n"
+    )
+    (tree / "csrc/cpu").mkdir(parents=True)
+    (tree / "csrc/cpu/utils.cpp").write_text(EARLY_CPU_UTILS)
     (tree / "vllm/platforms/cpu.py").write_text("DEFAULT_CPU_MEM_UTILIZATION = 0.5\n")
     cmake = (
         "set(ENABLE_AVX512BF16 $ENV{VLLM_CPU_AVX512BF16})\n"
@@ -236,13 +251,20 @@ def test_early_release_semantics(tree):
         '            message(WARNING "Disable AVX512-BF16 ISA support, requires gcc/g++ >= 12.3")\n'
     )
     (tree / "cmake/cpu_extension.cmake").write_text(cmake)
-    row, _, _ = probe_lib.probe(tree)
+    row, evidence, _ = probe_lib.probe(tree)
+    assert row["memory_binding"] == "bound_cpu_nodes" and evidence["memory_binding"] == "csrc/cpu/utils.cpp:6"
     assert row["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "per_rank"
     assert row["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "half_of_ram_per_node"
     assert row["gcc_by_arch"]["x86_64"] == {"below_min": "degrade", "isas_dropped": ["avx512_bf16"]}
     assert not row["universal_x86_wheel"]
     assert row["build_isa_env"]["x86_64-amx"] == {"VLLM_CPU_AVX512BF16": "1"}
     assert row["build_isa_env"]["x86_64-avx2"] == {"VLLM_CPU_DISABLE_AVX512": "true"}
+
+
+def test_a_memory_binding_of_an_unknown_form_stops_the_probe(tree):
+    (tree / "vllm/v1/worker/cpu_worker.py").write_text("torch.ops._C.init_cpu_memory_env(nodes)\n")
+    with pytest.raises(probe_lib.ProbeError, match="which NUMA nodes a CPU worker binds its memory to"):
+        probe_lib.probe(tree)
 
 
 def test_early_releases_build_only_c_through_the_custom_ops(tree):

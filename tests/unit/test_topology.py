@@ -132,6 +132,7 @@ def test_cgroup_v1_limit_and_cpuset(machine_root):
     assert facts["cgroup"] == {
         "version": 1,
         "cpus": [0, 1, 2, 3, 112, 113, 114, 115],
+        "mems": None,
         "memory_max_mib": 16384,
         "cpu_limit": None,
     }
@@ -257,6 +258,18 @@ def test_parse_isa_s390x_and_arm():
     assert isa_class("aarch64", arm) == "aarch64-neon"
     assert isa_class("s390x", s390) == "s390x-vxe"
     assert isa_class("ppc64le", parse_isa(parse_cpuinfo(PPC64LE_CPUINFO), "ppc64le")) == "ppc64le"
+
+
+def test_s390x_without_vxe_is_not_classed_vxe_and_a_missing_features_line_is_refused(machine_root):
+    z13 = S390X_CPUINFO.replace(" vxe gs vxe2 vxp", "").replace("machine = 8561", "machine = 2964")
+    assert isa_class("s390x", parse_isa(parse_cpuinfo(z13), "s390x")) == "s390x"
+    root = machine_root("vm-2vcpu-nonuma")
+    (root / "proc/cpuinfo").write_text(S390X_CPUINFO)
+    assert read_cpu_facts(str(root))["isa_class"] == "s390x-vxe"
+    without_features = "".join(line for line in S390X_CPUINFO.splitlines(True) if "features" not in line)
+    (root / "proc/cpuinfo").write_text(without_features)
+    with pytest.raises(TopologyError, match="no features line on s390x"):
+        read_cpu_facts(str(root))
 
 
 def test_parse_isa_requires_flag_on_every_cpu():

@@ -135,7 +135,7 @@ def test_manifest_ok():
 def test_a_bad_version_is_a_filter_error_naming_it():
     with pytest.raises(AnsibleFilterError, match=r"^version: '' is not a vLLM version X\.Y\.Z; fix: "):
         build.vllm_build_wheel_pattern("")
-    with pytest.raises(AnsibleFilterError, match=r"^paths: dict is not a list of file paths; fix: "):
+    with pytest.raises(AnsibleFilterError, match=r"^paths: is a dict, not a list of file paths; fix: "):
         build.vllm_build_select_wheels({}, "0.32.0")
 
 

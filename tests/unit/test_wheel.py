@@ -47,8 +47,11 @@ def test_select_keeps_the_version_s_wheels_in_order():
         (lambda: wheel_pattern("0.32"), "version: '0.32' is not a vLLM version X.Y.Z; fix: pass the release table's"),
         (lambda: wheel_pattern(None), "version: None is not a vLLM version X.Y.Z; fix:"),
         (lambda: wheel_pattern("0.32.0/../x"), "version: '0.32.0/../x' is not a vLLM version X.Y.Z; fix:"),
-        (lambda: select_wheels("/store/vllm-0.32.0-x.whl", "0.32.0"), "paths: str is not a list of file paths; fix:"),
-        (lambda: select_wheels(None, "0.32.0"), "paths: NoneType is not a list of file paths; fix:"),
+        (
+            lambda: select_wheels("/store/vllm-0.32.0-x.whl", "0.32.0"),
+            "paths: is a string, not a list of file paths; fix:",
+        ),
+        (lambda: select_wheels(None, "0.32.0"), "paths: is null, not a list of file paths; fix:"),
     ],
 )
 def test_bad_input_names_the_variable_and_the_fix(call, words):

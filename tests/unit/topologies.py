@@ -7,6 +7,7 @@ def make_facts(
     adjacent_siblings=False,
     node_memory_mib=65536,
     memory_only_nodes=0,
+    memory_denied=(),
     offline=(),
     disallowed=(),
     isa_class="x86_64-avx512",
@@ -16,7 +17,8 @@ def make_facts(
     """Facts for nodes with ``nodes_cores[i]`` physical cores each, SMT ``smt``.
 
     Siblings are numbered adjacently (0,1 | 2,3) or offset by the core count
-    (0,N | 1,N+1), the two numberings real machines use.
+    (0,N | 1,N+1), the two numberings real machines use. Nodes in ``memory_denied`` are
+    outside the process's allowed memory nodes (memory_allowed false).
     """
     total_cores = sum(nodes_cores)
     numa_nodes, core_index = [], 0
@@ -41,6 +43,7 @@ def make_facts(
         node["cores"] = sorted(s for s in ([c for c in core if c in usable] for core in node["cores"]) if s)
         node["cpus"] = sorted(c for core in node["cores"] for c in core)
         node["distance"] = [10 if n == node["id"] else 20 for n in range(len(numa_nodes))]
+        node["memory_allowed"] = node["id"] not in memory_denied
     isa = dict.fromkeys(("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8",
                          "asimd", "sve", "bf16", "i8mm", "vxe"), False)  # fmt: skip
     isa.update(avx2=True, avx512f=True)
