@@ -170,9 +170,11 @@ def written_types(host, options, written, validated):
         accepted = isinstance(validated.get(name), _PYTHON_TYPES.get(spec_type, object))
         if value is None or not accepted or not _misread(spec_type, value):
             continue
-        shown = repr(value) if not isinstance(value, str) else f"the string {value!r}"
-        if "api_key" in name or "token" in name:
+        # A secret (no_log in its argument spec: keys, tokens, the TLS key) is named by its type only.
+        if options.get(name, {}).get("no_log"):
             shown = kind_of(value)
+        else:
+            shown = repr(value) if not isinstance(value, str) else f"the string {value!r}"
         problems.append(
             f"{host}: {name}: is {shown}, which the roles would read as written, not as the {spec_type} its"
             f" argument spec makes of it; fix: {_fix_for(name, spec_type, value)}."

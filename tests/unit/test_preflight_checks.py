@@ -452,7 +452,8 @@ OPTIONS = {
     "a_float": {"type": "float"},
     "a_str": {"type": "str"},
     "a_path": {"type": "path"},
-    "vllm_service_api_key": {"type": "str"},
+    "vllm_service_api_key": {"type": "str", "no_log": True},
+    "loadbalancer_tls_key": {"type": "str", "no_log": True},
     "anything": {"type": "raw"},
 }
 
@@ -474,6 +475,7 @@ OPTIONS = {
         ("a_str", ["x"], "a_str: is ['x'], which the roles would read as written, not as the str"),
         ("a_path", {"k": 1}, "fix: give a string (quote it)."),
         ("vllm_service_api_key", ["s3cret"], "vllm_service_api_key: is a list,"),
+        ("loadbalancer_tls_key", ["s3cret"], "loadbalancer_tls_key: is a list,"),
     ],
 )
 def test_values_the_roles_would_misread_are_refused(name, written, expected):
