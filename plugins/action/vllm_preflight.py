@@ -321,6 +321,8 @@ class ActionModule(ActionBase):
         found, releases_known = checks.versions(host, v)
         problems += checks.bounds(host, v) + found
         problems += checks.names(host, v, task_vars.get("groups", {}), _role_defaults())
+        if "loadbalancer" in sections:
+            problems += checks.loadbalancer(host, v)
         if problems:
             # Wrong types make every later check guess: say them first, alone.
             return self._fail(result, problems)
@@ -398,6 +400,8 @@ class ActionModule(ActionBase):
             problems += checks.service(host, v, facts, host_plan, probe["service"], loadbalancers)
         if "rollout" in sections:
             problems += checks.rollout(host, v)
+        if recorded:
+            problems += checks.converged_record(host, recorded)
 
         for warning in warnings:
             display.warning(warning)

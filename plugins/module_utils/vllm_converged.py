@@ -234,8 +234,30 @@ def _drift(recorded, now):
     return said
 
 
+def unwritable(path):
+    """Why no record can be written at path (what is in its way), or "" when it can."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return f"{path} is a {'directory' if os.path.isdir(path) else 'special file'}"
+        return ""
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # no file yet; an ancestor may be in the way
+    except OSError as exc:
+        return f"{path} cannot be examined ({exc.strerror})"
+    parent = os.path.dirname(path)
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent) if parent != os.path.dirname(parent) else ""
+    if parent and not os.path.isdir(parent):
+        return f"{parent}, where its directory would be, is not a directory"
+    return ""
+
+
 def read_record(path):
-    """The probe's answer: {inputs, drift: [what changed], reason}; inputs None without a usable record."""
+    """The probe's answer: {inputs, drift: [what changed], reason, unwritable}; inputs None without a usable
+    record; unwritable says what would make the run's last step, writing the record, fail (unwritable())."""
+    blocked = unwritable(path)
+    if blocked:
+        return {"inputs": None, "drift": [], "reason": f"no record can be written: {blocked}", "unwritable": blocked}
     try:
         with open(path, encoding="utf-8") as handle:
             record = json.load(handle)

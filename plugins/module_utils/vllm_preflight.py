@@ -8,6 +8,7 @@ artifact store, the wheelhouse) are read here: they are on the controller, where
 """
 
 import hashlib
+import ipaddress
 import json
 import math
 import os
@@ -106,6 +107,26 @@ WHOLE_NUMBER = re.compile(r"^\s*[+-]?[0-9]+\s*$")
 LOCAL_ONLY = re.compile(r"^(127\.|::1$|localhost$)")
 LOOPBACK = re.compile(r"^(127\.|::1$)")
 CAP_NET_ADMIN = 12
+# HAProxy's time format (a whole number and an optional unit; without one, milliseconds).
+HAPROXY_TIME = re.compile(r"^[0-9]+(us|ms|s|m|h|d)?$")
+LB_TIMES = (
+    "loadbalancer_check_interval",
+    "loadbalancer_timeout_connect",
+    "loadbalancer_timeout_client",
+    "loadbalancer_timeout_server",
+    "loadbalancer_timeout_queue",
+)
+# What HAProxy accepts in a proxy's name.
+HAPROXY_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+# An OpenSSL cipher list or TLS 1.3 suite list: one word.
+CIPHER_LIST = re.compile(r"^[A-Za-z0-9_:+!@=.,-]+$")
+# A DNS name: dot-separated labels of letters, digits and inner hyphens.
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+# OpenSSL 3 at its default security level refuses TLS 1.0 and 1.1: HAProxy would start and every handshake fail.
+TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
+# PEM texts span lines; the role writes them to files, not into haproxy.cfg.
+PEM_OPTIONS = ("loadbalancer_tls_certificate", "loadbalancer_tls_key", "loadbalancer_tls_ca_certificate")
 
 
 def _overrides(v):
@@ -763,6 +784,85 @@ def _service_overrides(host, v, plan):
                 " fix: use a key of visible characters (e.g. `openssl rand -hex 32`), in Ansible Vault."
             )
     return problems
+
+
+def loadbalancer(host, v):
+    """The load balancer's words that go into haproxy.cfg as written. `haproxy -c` would refuse most of them too,
+    but only on the host, after the packages changed; a line break would add configuration lines of its own."""
+    problems = []
+    for name, value in sorted(v.items()):
+        if name.startswith("loadbalancer_") and name not in PEM_OPTIONS:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, str) and re.search(r"[\x00-\x1f\x7f]", item):
+                    problems.append(
+                        f"{host}: {name}: has a line break or control character, which would end HAProxy's"
+                        " configuration line; fix: write it on one line."
+                    )
+                    break
+    if problems:
+        return problems
+    for name in LB_TIMES:
+        value = v.get(name)
+        if isinstance(value, str) and not (HAPROXY_TIME.match(value) and int(re.match(r"[0-9]+", value)[0]) > 0):
+            problems.append(
+                f"{host}: {name}: is {value!r}, not a time HAProxy reads; fix: a whole number above 0 and a unit"
+                " (us, ms, s, m, h, d), such as 2s or 10m."
+            )
+    name = v.get("loadbalancer_backend_name")
+    if isinstance(name, str) and not HAPROXY_NAME.match(name):
+        problems.append(
+            f"{host}: loadbalancer_backend_name: {name!r} is no HAProxy proxy name; fix: letters, digits and"
+            " - _ . : only, such as vllm."
+        )
+    path = v.get("loadbalancer_health_path")
+    if isinstance(path, str) and not re.match(r"^/[^\s]*$", path):
+        problems.append(
+            f"{host}: loadbalancer_health_path: is {path!r}; HAProxy sends it as the health check's request line;"
+            " fix: an absolute path without blanks, such as /health."
+        )
+    bind = v.get("loadbalancer_bind_address")
+    if isinstance(bind, str) and bind not in ("*", "") and not (_is_address(bind) or HOST_NAME.match(bind)):
+        problems.append(
+            f"{host}: loadbalancer_bind_address: {bind!r} is no address HAProxy can listen on; fix: * (every"
+            " address), one IPv4 or IPv6 address (without brackets) or a host name."
+        )
+    for entry in v.get("loadbalancer_metrics_allow") or []:
+        try:
+            ipaddress.ip_network(str(entry), strict=False)
+        except ValueError:
+            problems.append(
+                f"{host}: loadbalancer_metrics_allow: {entry!r} is no address or network; fix: list addresses or"
+                " CIDR networks, such as 10.0.5.0/24."
+            )
+    version = v.get("loadbalancer_tls_min_version")
+    if isinstance(version, str) and version not in TLS_VERSIONS:
+        problems.append(f"{host}: loadbalancer_tls_min_version: is {version!r}; fix: {' or '.join(TLS_VERSIONS)}.")
+    for name in ("loadbalancer_tls_ciphers", "loadbalancer_tls_ciphersuites"):
+        value = v.get(name)
+        if isinstance(value, str) and not CIPHER_LIST.match(value):
+            problems.append(
+                f"{host}: {name}: {value!r} is no OpenSSL cipher list; fix: names joined by colons, without blanks."
+            )
+    return problems
+
+
+def _is_address(text):
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def converged_record(host, recorded):
+    """The record's path on the host: something in its way would fail the run's last step, after every change."""
+    if not recorded.get("unwritable"):
+        return []
+    return [
+        f"{host}: vllm_fleet_converged_record: {recorded['unwritable']} on the host, so the run could not write its"
+        " record at its end (and every later run would converge this host in full); fix: remove what is in the"
+        " way, or point vllm_fleet_converged_record at a file of its own."
+    ]
 
 
 def rollout(host, v):

@@ -84,7 +84,7 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
                     "vars": common,
                     "children": {
                         "vllm_hosts": {"hosts": hosts},
-                        "loadbalancers": {"hosts": {name: {} for name in loadbalancers or []}},
+                        "loadbalancers": {"hosts": {name: (loadbalancers or {})[name] for name in loadbalancers or []}},
                     },
                 }
             }
@@ -236,6 +236,12 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
             ["vllm_service_extra_env: sets VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_KVCACHE_SPACE: the plan"],
         ),
     }
+    # Something in the way of the converged record: the run's last step could not write it.
+    (tmp_path / "record-dir").mkdir()
+    cases["record-dir"] = (
+        {"vllm_fleet_converged_record": str(tmp_path / "record-dir")},
+        ["record-dir: vllm_fleet_converged_record: ", "record-dir is a directory on the host", "fix: remove"],
+    )
     hosts = {name: variables for name, (variables, _) in cases.items()}
     hosts["good"] = {}
     # Strings the roles read alike (through | bool, as text): they pass.
@@ -245,7 +251,16 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
         "vllm_service_max_num_seqs": "8",
         "vllm_install_keep_host_wheelhouse": "no",
     }
-    result = run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=["lb-port"])
+    # A load balancer alone: what goes into haproxy.cfg as written is checked before its packages change.
+    lb_cases = {
+        "lb-words": (
+            {"loadbalancer_check_interval": "2 s", "loadbalancer_metrics_allow": ["monitoring"]},
+            ["lb-words: loadbalancer_check_interval: is '2 s', not a time HAProxy reads", "'monitoring' is no address"],
+        ),
+    }
+    loadbalancers = {"lb-port": {}, **{name: variables for name, (variables, _) in lb_cases.items()}}
+    result = run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=loadbalancers)
+    cases.update(lb_cases)
     output = result.stdout
     assert result.returncode != 0
     stats = recap(output)

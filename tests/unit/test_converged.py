@@ -13,8 +13,10 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged impo
     digest,
     read_record,
     tree_signature,
+    unwritable,
     write_record,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight import converged_record
 
 OWN, LB, LB2 = "a" * 64, "b" * 64, "c" * 64
 
@@ -231,6 +233,52 @@ def test_a_missing_unreadable_or_foreign_record_is_no_record(tmp_path, text, rea
     assert out["inputs"] is None
     assert reason in out["reason"]
     assert decide(OWN, {}, out)["reason"] == out["reason"]
+
+
+@pytest.mark.parametrize(
+    ("layout", "said"),
+    [
+        ("directory", "converged.json is a directory"),
+        ("file-parent", "state, where its directory would be, is not a directory"),
+        ("file-grandparent", "state, where its directory would be, is not a directory"),
+    ],
+)
+def test_a_record_path_something_is_in_the_way_of_is_refused_before_the_run(tmp_path, layout, said):
+    path = tmp_path / "state" / "fleet" / "converged.json"
+    if layout == "directory":
+        path.mkdir(parents=True)
+    elif layout == "file-parent":
+        path.parent.parent.mkdir()
+        path.parent.write_text("")
+        said = "fleet" + said.removeprefix("state")
+    else:
+        path.parent.parent.write_text("")
+    out = read_record(str(path))
+    assert out["inputs"] is None
+    assert said in out["unwritable"]
+    assert not decide(OWN, {}, out)["converged"]
+    (problem,) = converged_record("h", out)
+    assert problem.startswith(f"h: vllm_fleet_converged_record: {tmp_path}/")
+    assert "; fix: " in problem
+    with pytest.raises(OSError):
+        write_record(str(path), {"own": OWN, "peers": {}}, {})
+
+
+@pytest.mark.parametrize("layout", ["missing", "missing-parents", "file", "link-to-file"])
+def test_a_record_path_that_can_hold_the_record_passes(tmp_path, layout):
+    path = tmp_path / "state" / "converged.json"
+    if layout == "missing":
+        path.parent.mkdir()
+    elif layout == "file":
+        path.parent.mkdir()
+        path.write_text("{}")
+    elif layout == "link-to-file":
+        path.parent.mkdir()
+        (tmp_path / "elsewhere.json").write_text("{}")
+        path.symlink_to(tmp_path / "elsewhere.json")
+    assert unwritable(str(path)) == ""
+    assert converged_record("h", read_record(str(path))) == []
+    write_record(str(path), {"own": OWN, "peers": {}}, {})
 
 
 def test_the_tree_signature_sees_size_and_time_and_skips_caches(tmp_path):

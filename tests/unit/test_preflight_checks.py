@@ -597,9 +597,7 @@ def test_versions_are_written_as_the_table_names_them_and_agree(v, expected, kno
 def test_host_paths_are_absolute(value, refused):
     options = {"vllm_install_root": {"type": "path"}, "vllm_install_package": {"type": "str"}}
     problems = checks.host_paths("h", options, {"vllm_install_root": value, "vllm_install_package": "rel/ative"})
-    assert problems == (
-        [f"h: vllm_install_root: is {value!r}; fix: give an absolute path."] if refused else []
-    )
+    assert problems == ([f"h: vllm_install_root: is {value!r}; fix: give an absolute path."] if refused else [])
 
 
 @pytest.mark.parametrize(
@@ -633,3 +631,67 @@ def test_an_empty_package_and_a_class_that_is_no_name_are_refused(tmp_path):
         "h: vllm_install_build_class: '../../etc' is no build class name (it names the install directory); fix:"
         " leave it empty (the plan's class) or write a class such as x86_64-amx.",
     ]
+
+
+def lb_defaults():
+    return yaml.safe_load((REPO / "roles" / "loadbalancer" / "defaults" / "main.yml").read_text())
+
+
+def test_the_load_balancer_defaults_pass():
+    assert checks.loadbalancer("lb", lb_defaults()) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"loadbalancer_check_interval": "abc"}, ["lb: loadbalancer_check_interval: is 'abc', not a time HAProxy"]),
+        ({"loadbalancer_timeout_client": "10 m"}, ["lb: loadbalancer_timeout_client: is '10 m'"]),
+        ({"loadbalancer_timeout_queue": "0s"}, ["lb: loadbalancer_timeout_queue: is '0s'"]),
+        ({"loadbalancer_timeout_server": "1.5m"}, ["lb: loadbalancer_timeout_server: is '1.5m'"]),
+        ({"loadbalancer_backend_name": "my backend"}, ["lb: loadbalancer_backend_name: 'my backend' is no HAProxy"]),
+        ({"loadbalancer_health_path": "health"}, ["lb: loadbalancer_health_path: is 'health'"]),
+        ({"loadbalancer_health_path": "/health check"}, ["lb: loadbalancer_health_path: is '/health check'"]),
+        ({"loadbalancer_bind_address": "[::1]"}, ["lb: loadbalancer_bind_address: '[::1]' is no address"]),
+        ({"loadbalancer_bind_address": "10.0.0.300 "}, ["lb: loadbalancer_bind_address: '10.0.0.300 ' is no"]),
+        (
+            {"loadbalancer_metrics_allow": ["10.0.0.0/8", "monitoring"]},
+            ["lb: loadbalancer_metrics_allow: 'monitoring' is no address or network"],
+        ),
+        ({"loadbalancer_tls_min_version": "TLSv1.0"}, ["lb: loadbalancer_tls_min_version: is 'TLSv1.0'; fix: TLSv1.2"]),
+        ({"loadbalancer_tls_ciphers": "HIGH !aNULL"}, ["lb: loadbalancer_tls_ciphers: 'HIGH !aNULL' is no OpenSSL"]),
+        # A line break would add a line of its own to haproxy.cfg: said alone, before the other checks.
+        (
+            {"loadbalancer_log_target": "stdout\n    stats socket /tmp/open.sock level admin", "loadbalancer_port": 1},
+            ["lb: loadbalancer_log_target: has a line break or control character"],
+        ),
+        (
+            {"loadbalancer_allowed_paths": ["/health", "/v1/models\r\n"], "loadbalancer_check_interval": "x"},
+            ["lb: loadbalancer_allowed_paths: has a line break or control character"],
+        ),
+    ],
+)
+def test_what_goes_into_haproxy_cfg_as_written_is_checked(changes, expected):
+    problems = checks.loadbalancer("lb", dict(lb_defaults(), **changes))
+    assert len(problems) == len(expected), problems
+    for problem, start in zip(problems, expected, strict=True):
+        assert problem.startswith(start), problem
+        assert "; fix: " in problem
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"loadbalancer_bind_address": "::"},
+        {"loadbalancer_bind_address": "192.0.2.10"},
+        {"loadbalancer_bind_address": "lb-1.example.com"},
+        {"loadbalancer_bind_address": ""},
+        {"loadbalancer_metrics_allow": ["::1", "10.0.0.0/255.0.0.0", "192.0.2.7"]},
+        {"loadbalancer_check_interval": "500ms", "loadbalancer_timeout_client": "1h"},
+        {"loadbalancer_timeout_queue": "30"},
+        {"loadbalancer_tls_min_version": "TLSv1.3", "loadbalancer_backend_name": "vllm.v2:blue"},
+        # PEM texts span lines; the role writes them to files.
+        {"loadbalancer_tls_key": "-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----\n"},
+    ],
+)
+def test_load_balancer_inputs_haproxy_reads_pass(changes):
+    assert checks.loadbalancer("lb", dict(lb_defaults(), **changes)) == []
