@@ -123,9 +123,9 @@ def parse_address(payload):
     }
 
 
-def _ask(kind, flags, body):
+def ask(kind, flags, body, protocol=socket.NETLINK_ROUTE):
     """The messages the kernel answers a request with, up to the dump's end (or the one answer)."""
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol) as sock:
         sock.settimeout(10)
         sock.bind((0, 0))
         sock.send(_HEADER.pack(_HEADER.size + len(body), kind, NLM_F_REQUEST | flags, 1, 0) + body)
@@ -148,7 +148,7 @@ def default_route(family):
     destination = _ATTRIBUTE.pack(_ATTRIBUTE.size + len(raw), RTA_DST) + raw
     body = _RTMSG.pack(family, len(raw) * 8, 0, 0, 0, 0, 0, 0, 0) + destination
     try:
-        answers = _ask(RTM_GETROUTE, 0, body)
+        answers = ask(RTM_GETROUTE, 0, body)
     except NetlinkError:
         # "Network is unreachable": ip prints nothing on stdout, setup keeps {}.
         return {}
@@ -160,7 +160,7 @@ def default_route(family):
 
 def addresses():
     """Every address of every interface, in the kernel's order."""
-    answers = _ask(RTM_GETADDR, NLM_F_DUMP, _IFADDRMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0))
+    answers = ask(RTM_GETADDR, NLM_F_DUMP, _IFADDRMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0))
     found = (parse_address(payload) for kind, payload in answers if kind == RTM_NEWADDR)
     return [address for address in found if address and address["family"] in (socket.AF_INET, socket.AF_INET6)]
 

@@ -7,6 +7,7 @@ import socket
 import sys
 
 import pytest
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_host_probe
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import probe
 
 
@@ -27,6 +28,44 @@ def test_service_names_a_foreign_listener_and_what_the_host_has():
     assert found["shm_free_mib"] > 0
     assert int(found["cap_eff"], 16) >= 0
     assert found["cgroup2"] == os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+
+
+def test_listeners_over_sock_diag_are_the_ones_proc_net_tcp_lists():
+    listeners = [listening()]
+    if socket.has_ipv6:
+        try:
+            v6 = socket.socket(socket.AF_INET6)
+            v6.bind(("::1", 0))
+            v6.listen()
+            listeners.append(v6)
+        except OSError:
+            pass  # no IPv6 in this sandbox: IPv4 alone
+    # A connected socket is no listener: neither reader may list it.
+    client = socket.create_connection(listeners[0].getsockname()[:2])
+    client_port = client.getsockname()[1]
+    try:
+        over_diag = vllm_host_probe._listening_inodes_diag()
+        from_proc = vllm_host_probe._listening_inodes_proc()
+        ports = {sock.getsockname()[1] for sock in listeners}
+    finally:
+        client.close()
+        for sock in listeners:
+            sock.close()
+    assert over_diag == from_proc
+    assert ports <= {port for port, _ in over_diag.values()}
+    assert client_port not in {port for port, _ in over_diag.values()}
+    assert {uid for port, uid in over_diag.values() if port in ports} == {os.getuid()}
+
+
+def test_listeners_are_read_from_proc_where_sock_diag_is_refused(monkeypatch):
+    def refused(*_):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(vllm_host_probe, "ask", refused)
+    with listening() as listener:
+        port = listener.getsockname()[1]
+        found = vllm_host_probe._listening_inodes()
+    assert port in {port for port, _ in found.values()}
 
 
 def test_service_judges_a_readable_process_by_its_cgroup_and_an_unknown_name_resolves_to_nothing():
