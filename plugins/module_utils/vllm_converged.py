@@ -21,9 +21,11 @@ changes anything and writes it again only after the host passed every gate. Host
 standard library only (they run inside modules).
 """
 
+import grp
 import hashlib
 import json
 import os
+import pwd
 import stat
 import subprocess
 
@@ -179,16 +181,33 @@ def _units_state(units, verb):
     }
 
 
+def _account(kind, name):
+    """A user as `uid:gid home`, a group as its gid; None when there is none (a userdel by hand)."""
+    try:
+        if kind == "user":
+            entry = pwd.getpwnam(name)
+            return f"{entry.pw_uid}:{entry.pw_gid} {entry.pw_dir}"
+        return str(grp.getgrnam(name).gr_gid)
+    except KeyError:
+        return None
+
+
 def witness(spec):
-    """The witnesses of spec {files: [paths], trees: [dirs], links: [paths], units: [names]} as they are now."""
+    """The witnesses of spec {files: [paths], trees: [dirs], links: [paths], units: [names], users: [names],
+    groups: [names]} as they are now."""
     files, directories = _paths_under(spec.get("files", []))
-    return {
+    found = {
         "files": {path: file_sha256(path) for path in files},
         "modes": {path: _mode_and_owner(path) for path in (*files, *directories)},
         "trees": {root: _listing(root) for root in spec.get("trees", []) if os.path.isdir(root)},
         "links": {path: os.readlink(path) for path in spec.get("links", []) if os.path.islink(path)},
         "units": sorted(spec.get("units", [])),
     }
+    accounts = [("user", name) for name in spec.get("users", [])] + [("group", name) for name in spec.get("groups", [])]
+    if accounts:
+        # The units run as these: files keep a deleted user's number, so the modes alone would not see it go.
+        found["accounts"] = {f"{kind} {name}": _account(kind, name) for kind, name in accounts}
+    return found
 
 
 def write_record(path, inputs, spec, check=False):
@@ -231,6 +250,10 @@ def _drift(recorded, now):
     for path, target in sorted(recorded.get("links", {}).items()):
         if now["links"].get(path) != target:
             said.append(f"{path} no longer points at {target}")
+    for account, was in sorted(recorded.get("accounts", {}).items()):
+        is_now = now.get("accounts", {}).get(account)
+        if is_now != was:
+            said.append(f"{account} is gone" if is_now is None else f"{account} is {is_now}, was {was}")
     return said
 
 

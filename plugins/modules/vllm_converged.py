@@ -9,7 +9,8 @@ description:
     unchanged; the preflight play reads it and checks its witnesses (through C(vllm_cpu_facts)' C(probe)).
   - V(present) writes the record - O(inputs) and the witnesses O(witness) names as they are now (the sha256 of
     every file under O(witness.files), the names and sizes under O(witness.trees), the targets of
-    O(witness.links), the units O(witness.units) that must stay active and enabled). The file is mode 0600,
+    O(witness.links), the units O(witness.units) that must stay active and enabled, the users and groups
+    O(witness.users), O(witness.groups) by their numbers). The file is mode 0600,
     replaced atomically, and unchanged (V(changed=false)) when it would hold the same.
   - V(absent) removes it; site.yml and upgrade.yml do so before they change a host, so a run lost half way
     leaves no record.
@@ -50,6 +51,16 @@ options:
         default: []
       units:
         description: systemd units that must be active and enabled.
+        type: list
+        elements: str
+        default: []
+      users:
+        description: Users recorded by their uid, gid and home (the users the units run as).
+        type: list
+        elements: str
+        default: []
+      groups:
+        description: Groups recorded by their gid.
         type: list
         elements: str
         default: []
@@ -102,6 +113,8 @@ def main():
                     "trees": list_of_paths,
                     "links": list_of_paths,
                     "units": {"type": "list", "elements": "str", "default": []},
+                    "users": {"type": "list", "elements": "str", "default": []},
+                    "groups": {"type": "list", "elements": "str", "default": []},
                 },
             },
         },

@@ -1,7 +1,9 @@
 """The converged record: the decision to skip a host, and the witnesses read on the host (real files)."""
 
+import grp
 import json
 import os
+import pwd
 import weakref
 
 import pytest
@@ -218,6 +220,37 @@ def test_every_kind_of_change_on_the_host_is_drift(host, change, said):
     assert out["inputs"] == {"own": OWN, "peers": {}}
     assert len(out["drift"]) == 1
     assert said in out["drift"][0]
+    assert not decide(OWN, {}, out)["converged"]
+
+
+def test_the_users_and_groups_the_units_run_as_are_witnessed(tmp_path):
+    """A user deleted or re-created by hand is drift: the files keep its old number, so their modes would not say."""
+    me, my_group = pwd.getpwuid(os.getuid()), grp.getgrgid(os.getgid())
+    spec = {"users": [me.pw_name], "groups": [my_group.gr_name]}
+    record = tmp_path / "converged.json"
+    _, witnessed = write_record(str(record), {"own": OWN, "peers": {}}, spec)
+    assert witnessed["accounts"] == {
+        f"user {me.pw_name}": f"{me.pw_uid}:{me.pw_gid} {me.pw_dir}",
+        f"group {my_group.gr_name}": str(my_group.gr_gid),
+    }
+    assert read_record(str(record))["drift"] == []
+    # What the record says when the accounts it names are gone or have other numbers (the real ones stay as they are).
+    saved = json.loads(record.read_text())
+    saved["spec"] = {"users": [me.pw_name, "no-such-user-vllm-fleet"], "groups": ["no-such-group-vllm-fleet"]}
+    saved["witness"]["accounts"] = {
+        f"user {me.pw_name}": "4242:4242 /nowhere",
+        "user no-such-user-vllm-fleet": "999:999 /var/lib/vllm",
+        "group no-such-group-vllm-fleet": "999",
+    }
+    record.write_text(json.dumps(saved))
+    out = read_record(str(record))
+    assert sorted(out["drift"]) == sorted(
+        [
+            "group no-such-group-vllm-fleet is gone",
+            f"user {me.pw_name} is {me.pw_uid}:{me.pw_gid} {me.pw_dir}, was 4242:4242 /nowhere",
+            "user no-such-user-vllm-fleet is gone",
+        ]
+    )
     assert not decide(OWN, {}, out)["converged"]
 
 
