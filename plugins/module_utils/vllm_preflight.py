@@ -314,17 +314,20 @@ def toolchain(host, v, facts, distribution_file, distribution_vars, compilers):
             cpu["isa"],
             cpu["arch"],
             accept_degraded=v["toolchain_accept_degraded_isa"],
-            host=host,
+            host=None,
             overrides=_overrides(v),
             accept_workaround=v["toolchain_accept_gcc_below_minimum"],
             distribution=distribution_file or None,
             compilers=compilers,
         )
     except ValueError as err:
-        return [str(err)], [], {}
+        return [f"{host}: {err}"], [], {}
     if not verdict["ok"]:
-        return [verdict["message"]], [], {"toolchain_preflight_verdict": verdict}
-    warnings = [verdict["message"]] if verdict["severity"] != "ok" else []
+        return [f"{host}: {verdict['message']}"], [], {"toolchain_preflight_verdict": verdict}
+    # A degraded or patched build is the same on every host of the distribution (and ISAs): said without the host,
+    # Ansible shows it once per run, not once per host of a large fleet.
+    where = f"{distribution_file} hosts" if distribution_file else "hosts of this distribution"
+    warnings = [f"{where}: {verdict['message']}"] if verdict["severity"] != "ok" else []
     return [], warnings, {"toolchain_preflight_verdict": verdict}
 
 

@@ -374,9 +374,25 @@ def test_toolchain_refuses_an_old_compiler_and_an_unknown_distribution():
         {"toolchain_gcc_packages": ["gcc-12"], "toolchain_gcc_distribution_version": "12.2.0"},
         compilers,
     )
-    assert "needs gcc >= 12.3" in problems[0] and "Ubuntu-24 (gcc 13.2.0)" in problems[0]
+    assert problems[0].startswith("h: vllm_version: vLLM 0.32.0 needs gcc >= 12.3")
+    assert "Ubuntu-24 (gcc 13.2.0)" in problems[0]
     problems, _, _ = checks.toolchain("h", toolchain_vars(), dict(FACTS, distribution="Gentoo"), "", {}, compilers)
     assert "Gentoo 12 is not supported by the toolchain role" in problems[0]
+
+
+def test_a_patched_build_is_said_once_per_distribution_not_once_per_host():
+    debian = {"toolchain_gcc_packages": ["gcc-12"], "toolchain_gcc_distribution_version": "12.2.0"}
+    said = set()
+    for host in ("h1", "h2"):
+        v = toolchain_vars(toolchain_accept_gcc_below_minimum=True)
+        problems, warnings, facts = checks.toolchain(host, v, FACTS, "Debian-12", debian, {"Debian-12": "12.2.0"})
+        assert problems == []
+        assert facts["toolchain_preflight_verdict"]["severity"] == "patched"
+        said.update(warnings)
+    # Ansible shows a warning once per text: one line for the fleet.
+    (warning,) = said
+    assert warning.startswith("Debian-12 hosts: building vLLM 0.32.0 with gcc 12.2.0 below its minimum 12.3")
+    assert "h1" not in warning
 
 
 def test_rollout_serial_is_checked():
