@@ -125,8 +125,17 @@ _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 # OpenSSL 3 at its default security level refuses TLS 1.0 and 1.1: HAProxy would start and every handshake fail.
 TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
-# PEM texts span lines; the role writes them to files, not into haproxy.cfg.
-PEM_OPTIONS = ("loadbalancer_tls_certificate", "loadbalancer_tls_key", "loadbalancer_tls_ca_certificate")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Texts that span lines by design (one_line()): PEM texts go to files of their own, the smoke prompt into JSON;
+# the API keys have a check of their own.
+MULTI_LINE_OPTIONS = (
+    "loadbalancer_tls_certificate",
+    "loadbalancer_tls_key",
+    "loadbalancer_tls_ca_certificate",
+    "vllm_service_smoke_prompt",
+    "vllm_service_api_key",
+    "vllm_service_api_key_previous",
+)
 
 
 def _overrides(v):
@@ -210,6 +219,25 @@ def host_paths(host, options, validated):
     for name, value in validated.items():
         if options.get(name, {}).get("type") == "path" and isinstance(value, str) and not value.startswith("/"):
             problems.append(f"{host}: {name}: is {value!r}; fix: give an absolute path.")
+    return problems
+
+
+def one_line(host, options, validated):
+    """Every text option on one line: the roles write them into lines of their own (a systemd unit, an
+    environment file, haproxy.cfg, a command line), where a line break would start another line (a directive,
+    a configuration line) and a control character would split or end one. PEM texts and the smoke prompt
+    (sent as JSON) span lines by design; the API keys have a check of their own (blanks too)."""
+    problems = []
+    for name, value in validated.items():
+        spec = options.get(name, {})
+        if name in MULTI_LINE_OPTIONS or spec.get("type", "str") not in ("str", "path", "list"):
+            continue
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(item, str) and CONTROL.search(item) for item in items):
+            problems.append(
+                f"{host}: {name}: has a line break or control character, and the roles write it into a line of a"
+                " file or a command; fix: write it on one line."
+            )
     return problems
 
 
@@ -790,20 +818,9 @@ def _service_overrides(host, v, plan):
 
 
 def loadbalancer(host, v):
-    """The load balancer's words that go into haproxy.cfg as written. `haproxy -c` would refuse most of them too,
-    but only on the host, after the packages changed; a line break would add configuration lines of its own."""
+    """The load balancer's words that go into haproxy.cfg as written (one_line() keeps each on its line).
+    `haproxy -c` would refuse most of them too, but only on the host, after the packages changed."""
     problems = []
-    for name, value in sorted(v.items()):
-        if name.startswith("loadbalancer_") and name not in PEM_OPTIONS:
-            for item in value if isinstance(value, list) else [value]:
-                if isinstance(item, str) and re.search(r"[\x00-\x1f\x7f]", item):
-                    problems.append(
-                        f"{host}: {name}: has a line break or control character, which would end HAProxy's"
-                        " configuration line; fix: write it on one line."
-                    )
-                    break
-    if problems:
-        return problems
     for name in LB_TIMES:
         value = v.get(name)
         if isinstance(value, str) and not (HAPROXY_TIME.match(value) and int(re.match(r"[0-9]+", value)[0]) > 0):

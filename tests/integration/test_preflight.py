@@ -226,6 +226,11 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
             ["vllm_install_keep_versions: is 0, outside its range; fix: set it at least 1"],
         ),
         "v-version": ({"vllm_version": "v0.32.0"}, ["v-version: vllm_version: is 'v0.32.0'", "fix: write 0.32.0"]),
+        # A line break would add a directive of its own to the unit file.
+        "line-break": (
+            {"vllm_service_home": "/var/lib/vllm\nExecStartPre=/bin/true"},
+            ["line-break: vllm_service_home: has a line break or control character", "fix: write it on one line"],
+        ),
         # What the role and the plan set, given again.
         "port-in-args": (
             {"vllm_service_extra_args": ["--port", "9999"]},

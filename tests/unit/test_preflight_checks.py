@@ -675,15 +675,6 @@ def test_the_load_balancer_defaults_pass():
         ),
         ({"loadbalancer_tls_min_version": "TLSv1.0"}, ["lb: loadbalancer_tls_min_version: is 'TLSv1.0'; fix: TLSv1.2"]),
         ({"loadbalancer_tls_ciphers": "HIGH !aNULL"}, ["lb: loadbalancer_tls_ciphers: 'HIGH !aNULL' is no OpenSSL"]),
-        # A line break would add a line of its own to haproxy.cfg: said alone, before the other checks.
-        (
-            {"loadbalancer_log_target": "stdout\n    stats socket /tmp/open.sock level admin", "loadbalancer_port": 1},
-            ["lb: loadbalancer_log_target: has a line break or control character"],
-        ),
-        (
-            {"loadbalancer_allowed_paths": ["/health", "/v1/models\r\n"], "loadbalancer_check_interval": "x"},
-            ["lb: loadbalancer_allowed_paths: has a line break or control character"],
-        ),
     ],
 )
 def test_what_goes_into_haproxy_cfg_as_written_is_checked(changes, expected):
@@ -692,6 +683,58 @@ def test_what_goes_into_haproxy_cfg_as_written_is_checked(changes, expected):
     for problem, start in zip(problems, expected, strict=True):
         assert problem.startswith(start), problem
         assert "; fix: " in problem
+
+
+def lb_options():
+    return yaml.safe_load((REPO / "roles" / "loadbalancer" / "meta" / "argument_specs.yml").read_text())[
+        "argument_specs"
+    ]["main"]["options"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("loadbalancer_log_target", "stdout\n    stats socket /tmp/open.sock level admin"),
+        ("loadbalancer_allowed_paths", ["/health", "/v1/models\r\n"]),
+        ("loadbalancer_health_path", "/health\x00"),
+        ("loadbalancer_timeout_client", "10m\t"),
+    ],
+)
+def test_a_line_break_in_what_the_roles_write_into_a_line_is_refused(name, value):
+    validated = dict(lb_defaults(), **{name: value})
+    assert checks.one_line("lb", lb_options(), validated) == [
+        f"lb: {name}: has a line break or control character, and the roles write it into a line of a file or a"
+        " command; fix: write it on one line."
+    ]
+
+
+@pytest.mark.parametrize("role", sorted(path.name for path in (REPO / "roles").iterdir() if path.is_dir()))
+def test_every_roles_defaults_are_on_one_line(role):
+    specs = REPO / "roles" / role / "meta" / "argument_specs.yml"
+    defaults = REPO / "roles" / role / "defaults" / "main.yml"
+    if not specs.is_file() or not defaults.is_file():
+        pytest.skip(f"{role} has no argument spec or defaults")
+    options = yaml.safe_load(specs.read_text())["argument_specs"]["main"]["options"]
+    values = yaml.safe_load(defaults.read_text()) or {}
+    # Templates are rendered before the check (the action types rendered values): their text may span lines.
+    written = {name: values[name] for name in options if name in values and "{{" not in str(values[name])}
+    assert written
+    assert checks.one_line("h", options, written) == []
+
+
+def test_texts_that_span_lines_by_design_pass_one_line():
+    options = {
+        "loadbalancer_tls_key": {"type": "str", "no_log": True},
+        "vllm_service_smoke_prompt": {"type": "str"},
+        "vllm_service_extra_env": {"type": "dict"},
+    }
+    validated = {
+        "loadbalancer_tls_key": "-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----\n",
+        "vllm_service_smoke_prompt": "Say hello.\nThen stop.",
+        "vllm_service_extra_env": {"A": "b"},
+    }
+    assert checks.one_line("h", options, validated) == []
+    assert checks.one_line("lb", lb_options(), lb_defaults()) == []
 
 
 @pytest.mark.parametrize(
