@@ -268,8 +268,8 @@ def unwritable(path):
     except OSError as exc:
         return f"{path} cannot be examined ({exc.strerror})"
     parent = os.path.dirname(path)
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent) if parent != os.path.dirname(parent) else ""
+    while not os.path.exists(parent) and parent != os.path.dirname(parent):
+        parent = os.path.dirname(parent)
     if parent and not os.path.isdir(parent):
         return f"{parent}, where its directory would be, is not a directory"
     return ""

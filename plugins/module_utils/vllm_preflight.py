@@ -108,7 +108,11 @@ LOCAL_ONLY = re.compile(r"^(127\.|::1$|localhost$)")
 LOOPBACK = re.compile(r"^(127\.|::1$)")
 CAP_NET_ADMIN = 12
 # HAProxy's time format (a whole number and an optional unit; without one, milliseconds).
-HAPROXY_TIME = re.compile(r"^[0-9]+(us|ms|s|m|h|d)?$")
+HAPROXY_TIME = re.compile(r"^([0-9]+)(us|ms|s|m|h|d)?$")
+# A request path as HAProxy's health check line and ACLs take it: absolute, no blanks.
+URL_PATH = re.compile(r"^/\S*$")
+# Where the hardened haproxy unit (loadbalancer_systemd_hardening) may write.
+HAPROXY_RUNTIME_DIR = "/run/haproxy"
 LB_TIMES = (
     "loadbalancer_check_interval",
     "loadbalancer_timeout_connect",
@@ -823,7 +827,8 @@ def loadbalancer(host, v):
     problems = []
     for name in LB_TIMES:
         value = v.get(name)
-        if isinstance(value, str) and not (HAPROXY_TIME.match(value) and int(re.match(r"[0-9]+", value)[0]) > 0):
+        time = HAPROXY_TIME.match(value) if isinstance(value, str) else None
+        if isinstance(value, str) and not (time and int(time[1]) > 0):
             problems.append(
                 f"{host}: {name}: is {value!r}, not a time HAProxy reads; fix: a whole number above 0 and a unit"
                 " (us, ms, s, m, h, d), such as 2s or 10m."
@@ -835,10 +840,25 @@ def loadbalancer(host, v):
             " - _ . : only, such as vllm."
         )
     path = v.get("loadbalancer_health_path")
-    if isinstance(path, str) and not re.match(r"^/[^\s]*$", path):
+    if isinstance(path, str) and not URL_PATH.match(path):
         problems.append(
             f"{host}: loadbalancer_health_path: is {path!r}; HAProxy sends it as the health check's request line;"
             " fix: an absolute path without blanks, such as /health."
+        )
+    prefixes = v.get("loadbalancer_allowed_path_prefixes") or []
+    routes = [*prefixes, *(v.get("loadbalancer_allowed_paths") or [])]
+    if [route for route in routes if not URL_PATH.match(str(route))] or {"/", ""} & set(map(str, prefixes)):
+        problems.append(
+            f"{host}: loadbalancer_allowed_path_prefixes / loadbalancer_allowed_paths must be absolute paths"
+            ' without spaces, and no prefix may be "/" (that would forward every route, including vLLM\'s'
+            " unauthenticated ones: /invocations, /tokenize, /detokenize); fix: list only the routes clients need"
+            " (default: /v1/ and /health)."
+        )
+    socket_path = v.get("loadbalancer_admin_socket")
+    if v.get("loadbalancer_systemd_hardening") and os.path.dirname(str(socket_path)) != HAPROXY_RUNTIME_DIR:
+        problems.append(
+            f"{host}: loadbalancer_admin_socket: {socket_path} is outside {HAPROXY_RUNTIME_DIR}, the only directory"
+            f" the hardened unit (loadbalancer_systemd_hardening) may write; fix: keep it under {HAPROXY_RUNTIME_DIR}."
         )
     bind = v.get("loadbalancer_bind_address")
     if isinstance(bind, str) and bind not in ("*", "") and not (_is_address(bind) or HOST_NAME.match(bind)):

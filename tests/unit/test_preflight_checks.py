@@ -675,6 +675,18 @@ def test_the_load_balancer_defaults_pass():
         ),
         ({"loadbalancer_tls_min_version": "TLSv1.0"}, ["lb: loadbalancer_tls_min_version: is 'TLSv1.0'; fix: TLSv1.2"]),
         ({"loadbalancer_tls_ciphers": "HIGH !aNULL"}, ["lb: loadbalancer_tls_ciphers: 'HIGH !aNULL' is no OpenSSL"]),
+        (
+            {"loadbalancer_allowed_path_prefixes": ["/v1/", "/"]},
+            ["lb: loadbalancer_allowed_path_prefixes / loadbalancer_allowed_paths must be absolute paths"],
+        ),
+        (
+            {"loadbalancer_allowed_paths": ["health"]},
+            ["lb: loadbalancer_allowed_path_prefixes / loadbalancer_allowed_paths must be absolute paths"],
+        ),
+        (
+            {"loadbalancer_admin_socket": "/var/run/admin.sock"},
+            ["lb: loadbalancer_admin_socket: /var/run/admin.sock is outside /run/haproxy"],
+        ),
     ],
 )
 def test_what_goes_into_haproxy_cfg_as_written_is_checked(changes, expected):
@@ -748,6 +760,8 @@ def test_texts_that_span_lines_by_design_pass_one_line():
         {"loadbalancer_check_interval": "500ms", "loadbalancer_timeout_client": "1h"},
         {"loadbalancer_timeout_queue": "30"},
         {"loadbalancer_tls_min_version": "TLSv1.3", "loadbalancer_backend_name": "vllm.v2:blue"},
+        {"loadbalancer_admin_socket": "/var/run/admin.sock", "loadbalancer_systemd_hardening": False},
+        {"loadbalancer_allowed_path_prefixes": ["/v1/", "/metrics"], "loadbalancer_allowed_paths": []},
         # PEM texts span lines; the role writes them to files.
         {"loadbalancer_tls_key": "-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----\n"},
     ],
