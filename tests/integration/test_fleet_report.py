@@ -56,6 +56,12 @@ def test_report_has_every_recorded_machine_with_its_plan(tmp_path, machine_root)
         assert expected["isa_class"] in rows[name]
         assert f"MAX_JOBS={expected['build']['max_jobs']}" in rows[name]
         assert f"<td>{name}</td>" in html
+        # The live part: a row per planned instance; these hosts have no state reader and nothing listening.
+        for instance in expected["instances"]:
+            live = next(line for line in markdown.splitlines() if line.startswith(f"| {name} / {instance['name']} |"))
+            assert f"| {instance['port']} |" in live and "| state unknown |" in live and "| no answer |" in live
+    assert "vllm_fleet_state.py is missing on the host" in markdown
+    assert "## By host class" in markdown and '<div class="charts"' in html
 
 
 def test_bad_knob_stops_the_play_naming_host_variable_and_fix(tmp_path, machine_root):
