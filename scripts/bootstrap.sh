@@ -48,3 +48,22 @@ if [ ! -f "$key" ]; then
   mkdir -p "$(dirname "$key")"
   ssh-keygen -q -t ed25519 -N '' -C vllm-fleet-test -f "$key"
 fi
+
+# promtool (alert-rule unit tests, PromQL checks of the dashboard) from the
+# distribution's prometheus package, unpacked under .cache/tools: the
+# controller runs no Prometheus of its own. Chromium renders the report and
+# the console page for the screenshot test.
+tools="$repo/.cache/tools"
+if [ ! -x "$tools/bin/promtool" ]; then
+  echo "bootstrap: unpacking promtool into $tools/bin"
+  rm -rf "$tools/prometheus" && mkdir -p "$tools/prometheus" "$tools/bin"
+  (cd "$tools" && apt-get download -qq prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download -qq prometheus; })
+  dpkg-deb -x "$tools"/prometheus_*.deb "$tools/prometheus"
+  rm -f "$tools"/prometheus_*.deb
+  ln -sf ../prometheus/usr/bin/promtool "$tools/bin/promtool"
+fi
+if ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q 'install ok installed'; then
+  echo "bootstrap: installing chromium"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+fi

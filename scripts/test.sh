@@ -6,7 +6,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 bash scripts/bootstrap.sh
 bash scripts/build-images.sh
-export PATH="$repo/.venv/bin:$PATH"
+export PATH="$repo/.venv/bin:$repo/.cache/tools/bin:$PATH"
 
 step() { printf '\n==> %s\n' "$*"; }
 

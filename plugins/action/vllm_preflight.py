@@ -23,7 +23,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
 
 COLLECTION = Path(__file__).resolve().parents[2]
 ROLES = COLLECTION / "roles"
-SECTIONS = ("plan", "toolchain", "build_host", "install", "service", "rollout", "loadbalancer")
+SECTIONS = ("plan", "toolchain", "build_host", "install", "service", "rollout", "loadbalancer", "monitoring")
 SECTION_ROLES = {
     "plan": "vllm_plan",
     "toolchain": "toolchain",
@@ -32,6 +32,7 @@ SECTION_ROLES = {
     "service": "vllm_service",
     "rollout": "rollout",
     "loadbalancer": "loadbalancer",
+    "monitoring": "monitoring",
 }
 # The collection's files that make a host's state, for the converged digest (a change re-converges every host;
 # documentation does not count).
@@ -279,6 +280,11 @@ class ActionModule(ActionBase):
         is_vllm_host = host in groups.get("vllm_hosts", [])
         # A load balancer is not planned: its inputs are typed here, its checks are its role's tasks.
         balances = ["loadbalancer"] if host in groups.get("loadbalancers", []) else []
+        # A monitoring host is not planned either; every host the exporters run on (site.yml: vLLM hosts, load
+        # balancers, monitoring hosts, while the monitoring group has hosts) reads the exporters' knobs.
+        watchers = groups.get(_render(templar, merged, merged.get("monitoring_group", "monitoring")), [])
+        watched = watchers and (is_vllm_host or balances or host in watchers)
+        balances += ["monitoring"] if watched else []
         if balances and not is_vllm_host and host not in groups.get("builders", []):
             return balances
         sections = ["plan", "toolchain", *balances]
@@ -324,6 +330,14 @@ class ActionModule(ActionBase):
         problems += checks.names(host, v, task_vars.get("groups", {}), _role_defaults())
         if "loadbalancer" in sections:
             problems += checks.loadbalancer(host, v)
+        if "monitoring" in sections:
+            groups = task_vars.get("groups", {})
+            problems += checks.monitoring(
+                host,
+                v,
+                monitoring_host=host in groups.get(v["monitoring_group"], []),
+                loadbalancer=host in groups.get("loadbalancers", []),
+            )
         if problems:
             # Wrong types make every later check guess: say them first, alone.
             return self._fail(result, problems)
@@ -424,12 +438,15 @@ class ActionModule(ActionBase):
     def _own_digest(sections, v, facts, host_plan, new_facts):
         """The digest of everything of this host's own that its roles act on (module_utils/vllm_converged.py)."""
         model = v.get("vllm_service_model_path") if v.get("vllm_service_model_source") == "path" else None
+        # The monitoring role runs on every run, converged hosts included (site.yml): its knobs and section are no
+        # input of what the record holds (a new retention time must not converge the fleet again).
+        unrecorded = {"vllm_fleet_full_converge", *_options("monitoring")}
         return vllm_converged.digest(
             {
                 "collection": _collection_signature(),
-                "sections": sections,
+                "sections": [name for name in sections if name != "monitoring"],
                 # Forcing a full run is not an input: the record it keeps or writes is the same.
-                "options": {name: value for name, value in v.items() if name != "vllm_fleet_full_converge"},
+                "options": {name: value for name, value in v.items() if name not in unrecorded},
                 "plan": host_plan,
                 "cpu": {name: (facts.get("vllm_cpu") or {}).get(name) for name in CPU_FACTS},
                 "os": {name: facts.get(name) for name in OS_FACTS},
@@ -441,7 +458,8 @@ class ActionModule(ActionBase):
     @staticmethod
     def _peers(host, sections, v, groups):
         """The hosts whose own inputs this host's files depend on: its load balancers (their addresses in the
-        firewall) and builders (the wheel) for a vLLM host, the backends for a load balancer."""
+        firewall) and builders (the wheel) for a vLLM host, the backends for a load balancer, and the monitoring
+        hosts for both."""
         peers = []
         if "service" in sections:
             peers += groups.get(v["vllm_service_loadbalancer_group"], [])
@@ -449,6 +467,10 @@ class ActionModule(ActionBase):
                 peers += groups.get("builders", [])
         if "loadbalancer" in sections:
             peers += groups.get(v["loadbalancer_backend_group"], [])
+        # The instance firewall and HAProxy's exporter admit the monitoring hosts: one joining or leaving
+        # converges them.
+        if {"service", "loadbalancer"} & set(sections):
+            peers += groups.get(v["monitoring_group"], [])
         return sorted(set(peers) - {host})
 
     @staticmethod

@@ -1,7 +1,7 @@
-"""Thin Jinja2 filter over the converged record's decision (module_utils/vllm_converged.py)."""
+"""Thin Jinja2 filters over the converged record (module_utils/vllm_converged.py): the decision, the inputs' digest."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import decide_fleet
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import decide_fleet, digest
 
 
 def _plain(value):
@@ -34,6 +34,16 @@ def vllm_converged_decide(hostvars, hosts, builders=None):
     return decide_fleet(inputs, [str(builder) for builder in builders or []])
 
 
+def vllm_converged_digest(inputs):
+    """The sha256 of a record's inputs ({own, peers}): what the monitoring host compares with the host's record."""
+    if not isinstance(inputs, dict) or not {"own", "peers"} <= inputs.keys():
+        raise AnsibleFilterError(
+            f"vllm_converged_digest: expects a decision's inputs ({{own, peers}}), got {type(inputs).__name__};"
+            " fix: pass hostvars[host].vllm_fleet_converged.inputs from this run's preflight"
+        )
+    return digest(_plain(inputs))
+
+
 class FilterModule:
     def filters(self):
-        return {"vllm_converged_decide": vllm_converged_decide}
+        return {"vllm_converged_decide": vllm_converged_decide, "vllm_converged_digest": vllm_converged_digest}

@@ -28,9 +28,14 @@ options:
         V(build_host) for the host that builds (a host of C(builders), or each vLLM host without such a group) when
         C(vllm_install_source) is V(wheel), V(install), V(service) and V(rollout) for hosts of C(vllm_hosts),
         V(loadbalancer) for hosts of C(loadbalancers) (alone, unless the host is also a vLLM host or a builder).
+      - V(monitoring) types the monitoring role's inputs and checks what Prometheus, Alertmanager and systemd read as
+        written (durations, sizes, the webhook URL, ports, thresholds), all of them on the hosts of C(monitoring_group)
+        (alone, unless the host is also a vLLM host, a load balancer or a builder), the exporters' ones on every vLLM
+        host and load balancer while that group has hosts. Whether the monitoring hosts reach every target is
+        C(vllm.cpu_fleet.vllm_reach)'s, after the plans.
     type: list
     elements: str
-    choices: [plan, toolchain, build_host, install, service, rollout, loadbalancer]
+    choices: [plan, toolchain, build_host, install, service, rollout, loadbalancer, monitoring]
   gather_subset:
     description:
       - Subsets of C(setup) the facts module returns in the same run (see C(vllm_cpu_facts)).

@@ -51,7 +51,7 @@ def controller_inputs(tmp_path_factory):
     return {"model": str(model), "artifacts": str(root / "artifacts")}
 
 
-def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=None, env=None):
+def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=None, env=None, monitoring=None):
     inventory = tmp_path / "inventory.yml"
     common = {
         "ansible_connection": "local",
@@ -85,6 +85,8 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
                     "children": {
                         "vllm_hosts": {"hosts": hosts},
                         "loadbalancers": {"hosts": {name: (loadbalancers or {})[name] for name in loadbalancers or []}},
+                        # Declared even when empty, as the README asks of an inventory without monitoring.
+                        "monitoring": {"hosts": dict(monitoring or {})},
                     },
                 }
             }
@@ -281,3 +283,34 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
     gate = failure_of(output, "good")
     assert gate.startswith("Preflight failed on ") and "nothing was changed" in gate, gate
     assert set(re.search(r"Preflight failed on (.*?) \(", gate).group(1).split(", ")) == set(cases)
+
+
+def test_monitoring_inputs_and_unreachable_targets_are_named_with_their_fix(tmp_path, machine_root, controller_inputs):
+    # The monitoring hosts scrape each host at scrape_address: one of them names no host that resolves.
+    hosts = {"good-1": {"scrape_address": "127.0.0.1"}, "ghost-1": {"scrape_address": "no-such-host.invalid"}}
+    monitoring = {
+        "mon-good": {"scrape_address": "127.0.0.1"},
+        "mon-bad": {"monitoring_prometheus_retention_time": "15 days", "monitoring_alert_webhook_url": "hooks.example"},
+    }
+    for variables in (*hosts.values(), *monitoring.values()):
+        variables["monitoring_target_address_var"] = "scrape_address"
+    result = run_preflight(tmp_path, machine_root, controller_inputs, hosts, monitoring=monitoring)
+    output = result.stdout
+    assert result.returncode != 0
+    assert all(host_stats["changed"] == 0 for host_stats in recap(output).values())
+    bad = failure_of(output, "mon-bad")
+    for words in (
+        "mon-bad: monitoring_prometheus_retention_time: is '15 days', not a Prometheus duration above 0; fix:",
+        "mon-bad: monitoring_alert_webhook_url: is 'hooks.example', no http or https URL with a host; fix:",
+    ):
+        assert words in bad, bad
+    # Checked after the plans, on the monitoring host that passed: every unreachable target at once, the refused
+    # ones (nothing listens on 127.0.0.1 there) fine.
+    reach = failure_of(output, "mon-good")
+    assert reach.startswith(
+        f"mon-good: monitoring: cannot reach ghost-1 (no-such-host.invalid) port {BASE_PORT} from the monitoring host"
+        " (the name does not resolve"
+    ), reach
+    assert "fix: open the network path from mon-good to that port, or set monitoring_target_address_var" in reach
+    assert "ghost-1 (no-such-host.invalid) port 9100" in reach
+    assert "good-1" not in reach and "127.0.0.1" not in reach, reach

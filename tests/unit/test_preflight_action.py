@@ -168,3 +168,30 @@ def test_render_hands_a_reference_loop_to_ansible_which_names_it():
     _, render = _renders(variables)
     with pytest.raises(AnsibleTemplateError, match=r"^Recursive loop detected in template"):
         render(trust_as_template("{{ a }}"))
+
+
+def _sections(host, groups, **task_vars):
+    merged = action.ActionModule._variables(dict(task_vars, groups=groups), [])
+    templar = Templar(loader=DataLoader(), variables={}).copy_with_new_env(available_variables=merged)
+    return action.ActionModule._sections(None, host, dict(task_vars, groups=groups), merged, templar)
+
+
+FLEET = {"vllm_hosts": ["v1"], "loadbalancers": ["lb1"], "builders": []}
+
+
+def test_a_fleet_without_monitoring_hosts_has_no_monitoring_section():
+    for groups in (FLEET, dict(FLEET, monitoring=[])):
+        assert "monitoring" not in _sections("v1", groups)
+        assert _sections("lb1", groups) == ["loadbalancer"]
+
+
+def test_the_monitoring_hosts_and_every_host_the_exporters_run_on_get_the_monitoring_section():
+    groups = dict(FLEET, monitoring=["mon1"])
+    assert _sections("mon1", groups) == ["monitoring"]
+    assert _sections("lb1", groups) == ["loadbalancer", "monitoring"]
+    assert "monitoring" in _sections("v1", groups)
+    # The group the inventory names in monitoring_group.
+    groups = dict(FLEET, watchers=["mon1"])
+    assert _sections("mon1", groups, monitoring_group="watchers") == ["monitoring"]
+    assert "monitoring" in _sections("v1", groups, monitoring_group="watchers")
+    assert "monitoring" not in _sections("v1", groups)

@@ -566,6 +566,14 @@ def test_every_number_of_the_roles_is_bounded_or_checked_elsewhere():
         "vllm_service_health_timeout",
         "vllm_service_smoke_concurrency",
         "vllm_service_smoke_timeout",
+        # monitoring(): ports 1-65535 and not shared on one host; thresholds above 0.
+        "monitoring_node_exporter_port",
+        "monitoring_haproxy_exporter_port",
+        "monitoring_prometheus_port",
+        "monitoring_alertmanager_port",
+        "monitoring_drained_alert_minutes",
+        "monitoring_ttft_p95_seconds",
+        "monitoring_restarts_alert_count",
     }
     numbers = set()
     for spec in (REPO / "roles").glob("*/meta/argument_specs.yml"):
@@ -768,3 +776,277 @@ def test_texts_that_span_lines_by_design_pass_one_line():
 )
 def test_load_balancer_inputs_haproxy_reads_pass(changes):
     assert checks.loadbalancer("lb", dict(lb_defaults(), **changes)) == []
+
+
+# ---- monitoring: what Prometheus, Alertmanager, systemd and nftables read as written ----
+
+
+def monitoring_defaults(**changes):
+    """The monitoring role's defaults and the shared ones it reads."""
+    values = yaml.safe_load((REPO / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
+    values.update(yaml.safe_load((REPO / "roles" / "vllm_fleet" / "defaults" / "main.yml").read_text()))
+    values.update(changes)
+    return values
+
+
+def monitoring_options():
+    return yaml.safe_load((REPO / "roles" / "monitoring" / "meta" / "argument_specs.yml").read_text())[
+        "argument_specs"
+    ]["main"]["options"]
+
+
+def test_the_monitoring_defaults_pass_typed_by_the_argument_spec():
+    options = monitoring_options()
+    written = {name: value for name, value in monitoring_defaults().items() if name in options}
+    result = ArgumentSpecValidator(options).validate(written)
+    assert result.error_messages == []
+    typed = dict(monitoring_defaults(), **result.validated_parameters)
+    assert checks.monitoring("mon", typed, monitoring_host=True, loadbalancer=True) == []
+    assert checks.monitoring("mon", typed) == []
+    assert checks.one_line("mon", options, result.validated_parameters) == []
+    assert checks.written_types("mon", options, written, result.validated_parameters) == []
+
+
+def test_the_monitoring_entry_points_take_every_default_as_written():
+    specs = yaml.safe_load((REPO / "roles" / "monitoring" / "meta" / "argument_specs.yml").read_text())
+    defaults = yaml.safe_load((REPO / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
+    assert {"main", "exporters", "preflight"} <= set(specs["argument_specs"])
+    for entry in specs["argument_specs"].values():
+        assert {name: spec.get("default") for name, spec in entry["options"].items()} == defaults
+
+
+MONITORING_FIX_DURATION = (
+    "; fix: whole numbers with units y, w, d, h, m, s, ms from the largest to the smallest, such as 15s, 5m, 1h30m"
+    " or 15d."
+)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"monitoring_prometheus_retention_time": "0"},
+            "mon: monitoring_prometheus_retention_time: is '0', not a Prometheus duration above 0"
+            + MONITORING_FIX_DURATION,
+        ),
+        (
+            {"monitoring_prometheus_retention_time": "15 days"},
+            "mon: monitoring_prometheus_retention_time: is '15 days', not a Prometheus duration above 0"
+            + MONITORING_FIX_DURATION,
+        ),
+        (
+            {"monitoring_prometheus_retention_time": "30m1h"},
+            "mon: monitoring_prometheus_retention_time: is '30m1h', not a Prometheus duration above 0"
+            + MONITORING_FIX_DURATION,
+        ),
+        (
+            {"monitoring_scrape_interval": "1.5m"},
+            "mon: monitoring_scrape_interval: is '1.5m', not a Prometheus duration above 0" + MONITORING_FIX_DURATION,
+        ),
+        (
+            {"monitoring_evaluation_interval": "0s"},
+            "mon: monitoring_evaluation_interval: is '0s', not a Prometheus duration above 0" + MONITORING_FIX_DURATION,
+        ),
+        (
+            {"monitoring_alert_group_wait": "30S"},
+            "mon: monitoring_alert_group_wait: is '30S', not a Prometheus duration" + MONITORING_FIX_DURATION,
+        ),
+        (
+            {"monitoring_alert_group_interval": "0"},
+            "mon: monitoring_alert_group_interval: is '0', not a Prometheus duration above 0" + MONITORING_FIX_DURATION,
+        ),
+        (
+            {"monitoring_alert_repeat_interval": ""},
+            "mon: monitoring_alert_repeat_interval: is '', not a Prometheus duration above 0" + MONITORING_FIX_DURATION,
+        ),
+        (
+            {"monitoring_instance_down_for": "2 m"},
+            "mon: monitoring_instance_down_for: is '2 m', not a Prometheus duration" + MONITORING_FIX_DURATION,
+        ),
+        (
+            {"monitoring_prometheus_retention_size": "10 GB"},
+            "mon: monitoring_prometheus_retention_size: is '10 GB', not a size Prometheus reads; fix: 0 (no size"
+            " limit) or a whole number with a unit B, KB, MB, GB, TB, PB or EB, such as 10GB or 512MB.",
+        ),
+        (
+            {"monitoring_prometheus_retention_size": "1.5GB"},
+            "mon: monitoring_prometheus_retention_size: is '1.5GB', not a size Prometheus reads",
+        ),
+        (
+            {"monitoring_prometheus_retention_size": "10G"},
+            "mon: monitoring_prometheus_retention_size: is '10G', not a size Prometheus reads",
+        ),
+        (
+            {"monitoring_alert_webhook_url": "alerts.example.com/hook"},
+            "mon: monitoring_alert_webhook_url: is 'alerts.example.com/hook', no http or https URL with a host; fix: a"
+            " URL such as https://alerts.example.com/hook (on one line), or empty to keep the alerts in Alertmanager.",
+        ),
+        (
+            {"monitoring_alert_webhook_url": "ftp://alerts.example.com/hook"},
+            "mon: monitoring_alert_webhook_url: is 'ftp://alerts.example.com/hook', no http or https URL",
+        ),
+        (
+            {"monitoring_alert_webhook_url": "https:///hook"},
+            "mon: monitoring_alert_webhook_url: is 'https:///hook', no",
+        ),
+        (
+            {"monitoring_alert_webhook_url": "https://alerts.example.com:99999/hook"},
+            "mon: monitoring_alert_webhook_url: is 'https://alerts.example.com:99999/hook', no",
+        ),
+        (
+            {"monitoring_alert_webhook_url": "https://alerts.example.com/a b"},
+            "mon: monitoring_alert_webhook_url: is 'https://alerts.example.com/a b', no",
+        ),
+        # A URL with credentials is not repeated in the message.
+        (
+            {"monitoring_alert_webhook_url": "smtp://user:secret@mail.example.com"},
+            "mon: monitoring_alert_webhook_url: is no http or https URL with a host; fix:",
+        ),
+        (
+            {"monitoring_state_interval": "30 secs"},
+            "mon: monitoring_state_interval: is '30 secs', not a systemd time span above 0; fix: a number and a unit"
+            " (s, min, h; us, ms, d, w), such as 30s, 1min or 2min 30s.",
+        ),
+        ({"monitoring_state_interval": "0"}, "mon: monitoring_state_interval: is '0', not a systemd time span above 0"),
+        ({"monitoring_state_interval": ""}, "mon: monitoring_state_interval: is '', not a systemd time span above 0"),
+        (
+            {"monitoring_node_exporter_port": 0},
+            "mon: monitoring_node_exporter_port: is 0, outside 1-65535; fix: set it to a free port in that range.",
+        ),
+        (
+            {"monitoring_haproxy_exporter_port": 65536},
+            "mon: monitoring_haproxy_exporter_port: is 65536, outside 1-65535; fix: set it to a free port in that"
+            " range.",
+        ),
+        ({"monitoring_prometheus_port": -1}, "mon: monitoring_prometheus_port: is -1, outside 1-65535"),
+        ({"monitoring_alertmanager_port": 70000}, "mon: monitoring_alertmanager_port: is 70000, outside 1-65535"),
+        (
+            {"monitoring_haproxy_exporter_port": 9100},
+            "mon: monitoring_haproxy_exporter_port: is 9100, the port of monitoring_node_exporter_port on this host"
+            " too; fix: give each of them a port of its own.",
+        ),
+        (
+            {"monitoring_prometheus_port": 8405},
+            "mon: monitoring_prometheus_port: is 8405, the port of monitoring_haproxy_exporter_port on this host too",
+        ),
+        (
+            {"monitoring_alertmanager_port": 9090},
+            "mon: monitoring_alertmanager_port: is 9090, the port of monitoring_prometheus_port on this host too",
+        ),
+        (
+            {"monitoring_node_exporter_port": 8080},
+            "mon: monitoring_node_exporter_port: is 8080, the load balancer's port (loadbalancer_port) on this host;"
+            " fix: move monitoring_node_exporter_port.",
+        ),
+        (
+            {"monitoring_drained_alert_minutes": 0},
+            "mon: monitoring_drained_alert_minutes: is 0, not a positive number; fix: set it to a whole number of"
+            " minutes above 0, such as 30.",
+        ),
+        (
+            {"monitoring_ttft_p95_seconds": -0.5},
+            "mon: monitoring_ttft_p95_seconds: is -0.5, not a positive number; fix: set it to a number of seconds"
+            " above 0, such as 5.",
+        ),
+        (
+            {"monitoring_ttft_p95_seconds": float("inf")},
+            "mon: monitoring_ttft_p95_seconds: is inf, not a positive number",
+        ),
+        (
+            {"monitoring_restarts_alert_count": 0},
+            "mon: monitoring_restarts_alert_count: is 0, not a positive number; fix: set it to a whole number above"
+            " 0, such as 3.",
+        ),
+        (
+            {"monitoring_ui_allow": ["192.0.2.0/24", "office"]},
+            "mon: monitoring_ui_allow: 'office' is no address or network; fix: list addresses or CIDR networks, such"
+            " as 10.0.5.0/24 or 2001:db8::/64.",
+        ),
+        (
+            {"monitoring_prometheus_listen_address": "[::1]"},
+            "mon: monitoring_prometheus_listen_address: '[::1]' is no address Prometheus can listen on; fix: 0.0.0.0"
+            " or :: (every address), or one IPv4 or IPv6 address (without brackets) or host name.",
+        ),
+    ],
+)
+def test_each_monitoring_input_a_program_would_not_read_is_refused(changes, expected):
+    problems = checks.monitoring("mon", monitoring_defaults(**changes), monitoring_host=True, loadbalancer=True)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(expected), problems[0]
+    assert "; fix: " in problems[0]
+
+
+def test_every_monitoring_problem_is_said_at_once():
+    bad = monitoring_defaults(
+        monitoring_prometheus_retention_time="forever",
+        monitoring_prometheus_retention_size="lots",
+        monitoring_alert_webhook_url="hooks",
+        monitoring_state_interval="often",
+        monitoring_restarts_alert_count=-1,
+        monitoring_node_exporter_port=9093,
+    )
+    problems = checks.monitoring("mon", bad)
+    named = [problem.split(": ")[1] for problem in problems]
+    assert named == [
+        "monitoring_prometheus_retention_time",
+        "monitoring_prometheus_retention_size",
+        "monitoring_alert_webhook_url",
+        "monitoring_restarts_alert_count",
+        "monitoring_state_interval",
+        "monitoring_alertmanager_port",
+    ], problems
+
+
+def test_a_fleet_host_checks_only_the_exporters_knobs():
+    # Prometheus' knobs do not matter where it does not run; the exporters' do, and the HAProxy exporter only on
+    # a load balancer.
+    bad = monitoring_defaults(
+        monitoring_prometheus_retention_time="0",
+        monitoring_alert_webhook_url="hooks",
+        monitoring_prometheus_port=9100,
+        monitoring_haproxy_exporter_port=9100,
+        monitoring_state_interval="never",
+    )
+    assert [p.split(": ")[1] for p in checks.monitoring("vllm-1", bad, monitoring_host=False)] == [
+        "monitoring_state_interval"
+    ]
+    assert [p.split(": ")[1] for p in checks.monitoring("lb-1", bad, monitoring_host=False, loadbalancer=True)] == [
+        "monitoring_state_interval",
+        "monitoring_haproxy_exporter_port",
+    ]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"monitoring_prometheus_retention_time": "1h30m", "monitoring_prometheus_retention_size": "512MB"},
+        {"monitoring_prometheus_retention_time": "2w3d", "monitoring_prometheus_retention_size": "10GB"},
+        {"monitoring_prometheus_retention_time": "1y", "monitoring_prometheus_retention_size": "0"},
+        {"monitoring_prometheus_retention_size": "1TB"},
+        {"monitoring_scrape_interval": "500ms", "monitoring_evaluation_interval": "1m30s"},
+        # A zero group_wait sends at once; a zero `for` fires at the first failed scrape.
+        {"monitoring_alert_group_wait": "0s", "monitoring_instance_down_for": "0"},
+        {"monitoring_alert_group_interval": "1m", "monitoring_alert_repeat_interval": "1d12h"},
+        {"monitoring_alert_webhook_url": "http://10.0.0.9:5001/"},
+        {"monitoring_alert_webhook_url": "https://hooks.example.com/services/T000/B000?token=x"},
+        {"monitoring_alert_webhook_url": "http://[2001:db8::1]:8080/alert"},
+        {"monitoring_alert_webhook_url": ""},
+        {"monitoring_state_interval": "1min"},
+        {"monitoring_state_interval": "2min 30s"},
+        {"monitoring_state_interval": "45"},
+        {"monitoring_state_interval": "1h"},
+        {"monitoring_state_interval": "500ms"},
+        {
+            "monitoring_ttft_p95_seconds": 0.5,
+            "monitoring_drained_alert_minutes": 1,
+            "monitoring_restarts_alert_count": 1,
+        },
+        {"monitoring_ui_allow": ["10.0.5.0/24", "192.0.2.7", "2001:db8::/64", "::1"]},
+        {"monitoring_prometheus_listen_address": "::"},
+        {"monitoring_prometheus_listen_address": "10.0.0.2"},
+        {"monitoring_prometheus_listen_address": "mon-1.example.com"},
+        {"monitoring_node_exporter_port": 1, "monitoring_prometheus_port": 65535},
+    ],
+)
+def test_monitoring_inputs_the_programs_read_pass(changes):
+    assert checks.monitoring("mon", monitoring_defaults(**changes), monitoring_host=True, loadbalancer=True) == []

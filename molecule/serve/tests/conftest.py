@@ -13,7 +13,7 @@ def pytest_runtest_makereport(item, call):
     host = item.funcargs.get("host")
     if host is None:
         return
-    for unit in ("vllm@*", "haproxy"):
+    for unit in ("vllm@*", "haproxy", "prometheus", "prometheus-alertmanager", "prometheus-node-exporter"):
         journal = host.run(f"journalctl --no-pager -n 120 -u '{unit}'")
         report.sections.append((f"journal of {unit} on {host.backend.hostname}", journal.stdout))
 

@@ -1,0 +1,93 @@
+"""roles/vllm_service/files/vllm_fleet_state.py: the host's live state for the report and the node exporter."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import digest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "vllm_service" / "files" / "vllm_fleet_state.py"
+spec = importlib.util.spec_from_file_location("vllm_fleet_state", SCRIPT)
+state = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(state)
+
+
+def test_the_running_venv_is_read_from_the_process_memory_maps(tmp_path, monkeypatch):
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+        "7f02-7f03 r-xp 00000000 08:01 2 /data/vllm/0.31.0-x86_64/lib/python3.11/site-packages/torch/lib/libc10.so\n"
+    )
+    real_open = open
+    monkeypatch.setattr(state, "open", lambda p, *a, **k: real_open(maps if p == "/proc/7/maps" else p, *a, **k),
+                        raising=False)
+    # The resolved path the kernel keeps, not the active link the unit started from.
+    assert state._venv_in_maps(7) == "/data/vllm/0.31.0-x86_64"
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert state._venv_in_maps(7) is None
+
+
+def test_the_version_comes_from_the_install_record(tmp_path):
+    venv = tmp_path / "0.32.0-x86_64"
+    venv.mkdir()
+    record = {"wanted": {"version": "0.32.0"}, "imported_version": "0.32.0+cpu"}
+    (venv / "vllm-install.json").write_text(json.dumps(record))
+    assert state.venv_version(str(venv)) == "0.32.0+cpu"
+    (venv / "vllm-install.json").write_text(json.dumps({"wanted": {"version": "0.32.0"}}))
+    assert state.venv_version(str(venv)) == "0.32.0"
+    assert state.venv_version(str(tmp_path / "missing")) is None
+
+
+def test_installed_versions_leave_the_active_link_out_and_mark_its_target(tmp_path):
+    for name in ("0.31.0-x86_64", "0.32.0-x86_64"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "vllm-install.json").write_text(json.dumps({"imported_version": name.split("-")[0]}))
+    os.symlink(tmp_path / "0.32.0-x86_64", tmp_path / "current")
+    found = state.installed(str(tmp_path), str(tmp_path / "current"))
+    assert [(i["version"], i["active"]) for i in found] == [("0.31.0", False), ("0.32.0", True)]
+
+
+def test_the_record_digest_is_the_one_the_controller_computes(tmp_path):
+    inputs = {"own": "abc", "peers": {"lb-1": "def", "lb-2": None}}
+    record = tmp_path / "converged.json"
+    record.write_text(json.dumps({"format": 2, "inputs": inputs, "witness": {}}, indent=1))
+    assert state.converged(str(record))["inputs_digest"] == digest(inputs)
+    assert state.converged(str(tmp_path / "none.json")) == {"present": False, "inputs_digest": None, "time": None}
+
+
+def test_the_exposition_escapes_labels_and_leaves_out_empty_families():
+    found = {
+        "time": 100,
+        "instances": [
+            {"name": 'vllm-"0"', "active": "active", "restarts": 2, "version": "0.32.0", "venv": "/opt/v\\x"},
+            {"name": "vllm-1", "active": "failed", "restarts": 7, "version": None, "venv": None},
+        ],
+        "firewall": {"expected": False, "present": False},
+        "converged": {"present": False, "inputs_digest": None, "time": None},
+        "cpu_nodes": {"10": "1", "2": "0"},
+    }
+    text = state.exposition(found)
+    assert 'vllm_fleet_instance_info{vllm_instance="vllm-\\"0\\"",version="0.32.0",venv="/opt/v\\\\x"} 1' in text
+    assert 'vllm_fleet_instance_active{vllm_instance="vllm-1"} 0' in text
+    assert 'vllm_fleet_instance_restarts_total{vllm_instance="vllm-1"} 7' in text
+    assert "vllm_fleet_firewall_table_present" not in text  # not expected on this host
+    assert "vllm_fleet_converged_record_present 0" in text and "vllm_fleet_converged_record_info" not in text
+    assert text.index('cpu="2"') < text.index('cpu="10"')
+    # promtool reads it as valid exposition text
+    checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert "error" not in (checked.stdout + checked.stderr).lower(), checked.stdout + checked.stderr
+
+
+def test_the_script_runs_with_no_plan_and_writes_its_file_atomically(tmp_path):
+    out = tmp_path / "vllm_fleet.prom"
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--format", "prom", "--output", str(out), "--config-dir", str(tmp_path),
+         "--install-root", str(tmp_path), "--active-link", str(tmp_path / "current"),
+         "--converged-record", str(tmp_path / "c.json"), "--firewall-unit", str(tmp_path / "none.service")],
+        check=True,
+    )
+    assert "vllm_fleet_state_timestamp_seconds" in out.read_text()
+    assert not (tmp_path / "vllm_fleet.prom.tmp").exists()

@@ -1,0 +1,198 @@
+"""The monitoring role's alert and recording rules, checked and unit-tested with promtool.
+
+The rule file is a Jinja2 template for its thresholds only: it is rendered here with the role's
+defaults (and with other values) and handed to `promtool check rules` and `promtool test rules`.
+tests/unit/monitoring/vllm-fleet.rules.test.yml holds, for every alert, a case where it fires
+and one where it must not. promtool must be on PATH (scripts/test.sh puts .cache/tools/bin
+there): without it these tests fail, they never skip.
+"""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "roles/monitoring/templates/vllm-fleet.rules.yml.j2"
+DEFAULTS = ROOT / "roles/monitoring/defaults/main.yml"
+UNIT_TESTS = ROOT / "tests/unit/monitoring/vllm-fleet.rules.test.yml"
+OPERATIONS = ROOT / "docs/operations.md"
+
+
+def promtool():
+    path = shutil.which("promtool")
+    assert path, "promtool is not on PATH: run scripts/bootstrap.sh and put .cache/tools/bin on PATH"
+    return path
+
+
+def knobs(**overrides):
+    values = yaml.safe_load(DEFAULTS.read_text())
+    values.update(overrides)
+    return values
+
+
+def render(**overrides):
+    # The template module's own settings: trim_blocks, undefined variables are errors.
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
+    template = env.from_string(TEMPLATE.read_text())
+    return template.render(ansible_managed="Ansible managed", **knobs(**overrides))
+
+
+def run_promtool(*args):
+    done = subprocess.run([promtool(), *map(str, args)], capture_output=True, text=True, timeout=120, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def write_rules(tmp_path, **overrides):
+    path = tmp_path / "vllm-fleet.rules.yml"
+    path.write_text(render(**overrides))
+    return path
+
+
+def alerts(text):
+    return [rule for group in yaml.safe_load(text)["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def test_promtool_is_on_path():
+    code, out = run_promtool("--version")
+    assert code == 0, out
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {
+            "monitoring_instance_down_for": "90s",
+            "monitoring_drained_alert_minutes": "45",
+            "monitoring_ttft_p95_seconds": 0.5,
+            "monitoring_restarts_alert_count": 1,
+        },
+    ],
+    ids=["defaults", "other-knobs"],
+)
+def test_rules_pass_promtool_check(tmp_path, overrides):
+    code, out = run_promtool("check", "rules", write_rules(tmp_path, **overrides))
+    assert code == 0, out
+    assert "SUCCESS" in out
+
+
+def test_prometheus_templates_survive_jinja():
+    text = render()
+    assert "{{ $labels.host }}" in text
+    assert "{{ $value | humanizePercentage }}" in text
+    assert "{%" not in text and "{#" not in text
+
+
+def test_every_alert_has_a_severity_and_says_what_to_do():
+    for rule in alerts(render()):
+        assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
+        assert rule["annotations"]["summary"].strip(), rule["alert"]
+        assert rule["annotations"]["description"].strip(), rule["alert"]
+
+
+def test_promtool_unit_tests_pass_with_the_defaults(tmp_path):
+    write_rules(tmp_path)
+    tests = tmp_path / UNIT_TESTS.name
+    shutil.copy(UNIT_TESTS, tests)
+    code, out = run_promtool("test", "rules", tests)
+    assert code == 0, out
+    assert "SUCCESS" in out
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case():
+    names = {rule["alert"] for rule in alerts(render())}
+    fires, quiet = set(), set()
+    for case in yaml.safe_load(UNIT_TESTS.read_text())["tests"]:
+        for check in case.get("alert_rule_test", []):
+            (fires if check.get("exp_alerts") else quiet).add(check["alertname"])
+    assert names - fires == set(), "alerts without a case where they fire"
+    assert names - quiet == set(), "alerts without a case where they must not fire"
+    assert (fires | quiet) - names == set(), "cases for alerts the rules do not have"
+
+
+def firing(*series):
+    return [{"labels": f'ALERTS{{alertstate="firing", {labels}}}', "value": 1} for labels in series]
+
+
+def test_the_thresholds_follow_the_knobs(tmp_path):
+    """Other values than the defaults move each threshold: 5m down, 10 min drained, p95 above 2 s, 5 restarts."""
+    write_rules(
+        tmp_path,
+        monitoring_instance_down_for="5m",
+        monitoring_drained_alert_minutes=10,
+        monitoring_ttft_p95_seconds=2,
+        monitoring_restarts_alert_count=5,
+    )
+    ttft = 'vllm:time_to_first_token_seconds_bucket{{job="vllm", host="h1", vllm_instance="vllm-0", le="{}"}}'
+    restarts = 'vllm_fleet_instance_restarts_total{{job="node", host="h1", vllm_instance="{}"}}'
+    down = 'alertname="VllmInstanceDown", severity="critical", job="vllm", host="h1", vllm_instance="vllm-0"'
+    drained = 'alertname="VllmServerDrained", severity="warning", host="lb1", proxy="vllm", server="h1-vllm-0"'
+    slow = 'alertname="VllmSlowFirstToken", severity="warning", host="h1", vllm_instance="vllm-0"'
+    restarting = (
+        'alertname="VllmInstanceRestarting", severity="critical", job="node", host="h1", vllm_instance="vllm-1"'
+    )
+    suite = {
+        "rule_files": ["vllm-fleet.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": 'up{job="vllm", host="h1", vllm_instance="vllm-0"}', "values": "0x20"},
+                    {
+                        "series": 'haproxy_server_status{job="haproxy", host="lb1", proxy="vllm", '
+                        'server="h1-vllm-0", state="DRAIN"}',
+                        "values": "1x20",
+                    },
+                    # p95 2.9 s: above 2, below the default 5
+                    {"series": ttft.format("1.0"), "values": "0x20"},
+                    {"series": ttft.format("3.0"), "values": "0+10x20"},
+                    {"series": ttft.format("+Inf"), "values": "0+10x20"},
+                    # 4 restarts (3 would fire with the default), and 5
+                    {"series": restarts.format("vllm-0"), "values": "0 1 2 3 4x16"},
+                    {"series": restarts.format("vllm-1"), "values": "0 1 2 3 4 5x15"},
+                ],
+                "promql_expr_test": [
+                    {"expr": 'ALERTS{alertstate="firing"}', "eval_time": "4m", "exp_samples": []},
+                    {
+                        "expr": 'ALERTS{alertstate="firing"}',
+                        "eval_time": "6m",
+                        "exp_samples": firing(down, slow, restarting),
+                    },
+                    {
+                        "expr": 'ALERTS{alertstate="firing"}',
+                        "eval_time": "9m",
+                        "exp_samples": firing(down, slow, restarting),
+                    },
+                    {
+                        "expr": 'ALERTS{alertstate="firing"}',
+                        "eval_time": "11m",
+                        "exp_samples": firing(down, drained, slow, restarting),
+                    },
+                ],
+            }
+        ],
+    }
+    tests = tmp_path / "knobs.test.yml"
+    tests.write_text(yaml.safe_dump(suite, sort_keys=False))
+    code, out = run_promtool("test", "rules", tests)
+    assert code == 0, out
+
+
+def documented_alerts():
+    """The alert names in the first column of docs/operations.md's "## Alerts" table."""
+    text = OPERATIONS.read_text()
+    match = re.search(r"^## Alerts\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert match, 'docs/operations.md has no "## Alerts" section'
+    return re.findall(r"^\| `(\w+)` \|", match.group(1), re.M)
+
+
+def test_the_documented_alerts_are_the_rules_alerts():
+    documented = documented_alerts()
+    assert len(documented) == len(set(documented)), "an alert is documented twice"
+    assert sorted(documented) == sorted(rule["alert"] for rule in alerts(render()))
