@@ -22,8 +22,9 @@ def test_the_running_venv_is_read_from_the_process_memory_maps(tmp_path, monkeyp
         "7f02-7f03 r-xp 00000000 08:01 2 /data/vllm/0.31.0-x86_64/lib/python3.11/site-packages/torch/lib/libc10.so\n"
     )
     real_open = open
-    monkeypatch.setattr(state, "open", lambda p, *a, **k: real_open(maps if p == "/proc/7/maps" else p, *a, **k),
-                        raising=False)
+    monkeypatch.setattr(
+        state, "open", lambda p, *a, **k: real_open(maps if p == "/proc/7/maps" else p, *a, **k), raising=False
+    )
     # The resolved path the kernel keeps, not the active link the unit started from.
     assert state._venv_in_maps(7) == "/data/vllm/0.31.0-x86_64"
     maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
@@ -84,9 +85,24 @@ def test_the_exposition_escapes_labels_and_leaves_out_empty_families():
 def test_the_script_runs_with_no_plan_and_writes_its_file_atomically(tmp_path):
     out = tmp_path / "vllm_fleet.prom"
     subprocess.run(
-        [sys.executable, str(SCRIPT), "--format", "prom", "--output", str(out), "--config-dir", str(tmp_path),
-         "--install-root", str(tmp_path), "--active-link", str(tmp_path / "current"),
-         "--converged-record", str(tmp_path / "c.json"), "--firewall-unit", str(tmp_path / "none.service")],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--format",
+            "prom",
+            "--output",
+            str(out),
+            "--config-dir",
+            str(tmp_path),
+            "--install-root",
+            str(tmp_path),
+            "--active-link",
+            str(tmp_path / "current"),
+            "--converged-record",
+            str(tmp_path / "c.json"),
+            "--firewall-unit",
+            str(tmp_path / "none.service"),
+        ],
         check=True,
     )
     assert "vllm_fleet_state_timestamp_seconds" in out.read_text()

@@ -195,3 +195,20 @@ def test_the_monitoring_hosts_and_every_host_the_exporters_run_on_get_the_monito
     assert _sections("mon1", groups, monitoring_group="watchers") == ["monitoring"]
     assert "monitoring" in _sections("v1", groups, monitoring_group="watchers")
     assert "monitoring" not in _sections("v1", groups)
+
+
+def test_the_monitoring_hosts_are_peers_of_every_vllm_host_and_load_balancer():
+    """The instance firewall and HAProxy's exporter admit the monitoring hosts: a converged vLLM host or load
+    balancer is converged again when a monitoring host joins or leaves."""
+    groups = {"vllm_hosts": ["v1"], "loadbalancers": ["lb1"], "builders": [], "monitoring": ["m1"]}
+    v = {
+        "vllm_service_loadbalancer_group": "loadbalancers",
+        "vllm_install_source": "index",
+        "loadbalancer_backend_group": "vllm_hosts",
+        "monitoring_group": "monitoring",
+    }
+    peers = action.ActionModule._peers
+    assert peers("v1", ["plan", "service"], v, groups) == ["lb1", "m1"]
+    assert peers("lb1", ["loadbalancer"], v, groups) == ["m1", "v1"]
+    assert peers("m1", ["monitoring"], v, groups) == []
+    assert peers("v1", ["plan", "service"], v, dict(groups, monitoring=[])) == ["lb1"]

@@ -21,8 +21,12 @@ testinfra_hosts = ["ansible://serve-mon"]
 
 PROJECT = Path(__file__).resolve().parents[3]
 VLLM_HOSTS = ("serve-vllm-1", "serve-vllm-2")
-ADDRESSES = {"serve-lb": "10.88.250.50", "serve-vllm-1": "10.88.250.51", "serve-vllm-2": "10.88.250.52",
-             "serve-mon": "10.88.250.53"}
+ADDRESSES = {
+    "serve-lb": "10.88.250.50",
+    "serve-vllm-1": "10.88.250.51",
+    "serve-vllm-2": "10.88.250.52",
+    "serve-mon": "10.88.250.53",
+}
 PROMETHEUS = f"http://{ADDRESSES['serve-mon']}:9090"
 RECEIVED = "/var/tmp/alerts.jsonl"
 SOCKET = "/run/haproxy/admin.sock"
@@ -129,13 +133,22 @@ def test_only_the_monitoring_host_reaches_the_exporters(host, request):
         "try:\n socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close(); print('open')\n"
         "except OSError as e: print(type(e).__name__)"
     )
-    for where, address, port in [(host, ADDRESSES["serve-vllm-1"], 9100), (host, ADDRESSES["serve-lb"], 8405),
-                                 (host, ADDRESSES["serve-lb"], 9100)]:
+    for where, address, port in [
+        (host, ADDRESSES["serve-vllm-1"], 9100),
+        (host, ADDRESSES["serve-lb"], 8405),
+        (host, ADDRESSES["serve-lb"], 9100),
+    ]:
         assert where.check_output("python3 -c %s %s %s", probe, address, str(port)) == "open", (address, port)
-    for where, address, port in [(lb, ADDRESSES["serve-vllm-1"], 9100), (vllm, ADDRESSES["serve-lb"], 8405),
-                                 (vllm, ADDRESSES["serve-lb"], 9100), (vllm, ADDRESSES["serve-mon"], 9090)]:
+    for where, address, port in [
+        (lb, ADDRESSES["serve-vllm-1"], 9100),
+        (vllm, ADDRESSES["serve-lb"], 8405),
+        (vllm, ADDRESSES["serve-lb"], 9100),
+        (vllm, ADDRESSES["serve-mon"], 9090),
+    ]:
         assert where.check_output("python3 -c %s %s %s", probe, address, str(port)) in (
-            "ConnectionRefusedError", "ConnectionResetError"), (where.backend.hostname, address, port)
+            "ConnectionRefusedError",
+            "ConnectionResetError",
+        ), (where.backend.hostname, address, port)
 
 
 def test_a_drained_server_and_a_stopped_instance_fire_alerts_delivered_to_the_webhook(host, request):
@@ -170,15 +183,33 @@ def chromium(url, out_png):
     """The page's DOM after load, and a screenshot, from headless Chromium on the controller."""
     browser = shutil.which("chromium")
     assert browser, "chromium is missing: scripts/bootstrap.sh installs it"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--window-size=1400,1100", "--virtual-time-budget=5000"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1100",
+        "--virtual-time-budget=5000",
+    ]
     with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run([browser, *flags, f"--user-data-dir={profile}", "--dump-dom", url],
-                             capture_output=True, text=True, timeout=120, check=True).stdout
+        dom = subprocess.run(
+            [browser, *flags, f"--user-data-dir={profile}", "--dump-dom", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([browser, *flags, f"--user-data-dir={profile}", f"--screenshot={out_png}", url],
-                       capture_output=True, timeout=120, check=True)
+        subprocess.run(
+            [browser, *flags, f"--user-data-dir={profile}", f"--screenshot={out_png}", url],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
     assert Path(out_png).stat().st_size > 10_000
     return dom
 
@@ -208,3 +239,42 @@ def test_the_live_report_shows_every_host_and_instance_in_chromium(request, tmp_
         assert bad not in dom, bad
     if os.environ.get("FLEET_SCREENSHOTS"):
         shutil.copy(tmp_path / "report.png", Path(os.environ["FLEET_SCREENSHOTS"]) / "fleet-report-live.png")
+
+
+def test_the_report_benchmark_measures_the_fleet_through_the_load_balancer(request, tmp_path):
+    """report.yml -e report_benchmark=true: concurrency 1, 4 and 16 through HAProxy, every request answered."""
+    key = json.loads(
+        get_host("serve-vllm-1", request).check_output("sed -n 's/^VLLM_API_KEY=//p' /etc/vllm/secrets.env")
+    )
+    extra = tmp_path / "key.json"  # the key the fleet serves with now (a day-2 step rotated the inventory's)
+    extra.write_text(json.dumps({"vllm_service_api_key": key}))
+    extra.chmod(0o600)
+    done = subprocess.run(
+        [
+            "ansible-playbook",
+            "-i",
+            request.config.option.ansible_inventory,
+            str(PROJECT / "playbooks/report.yml"),
+            "-e",
+            "report_benchmark=true",
+            "-e",
+            f"@{extra}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=PROJECT,
+        env={**os.environ, "FLEET_REPORT_DIR": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert key not in done.stdout + done.stderr
+    report = (tmp_path / "fleet-report.md").read_text()
+    section = report.split("## Benchmark", 1)[1]
+    assert "failed" not in section.split("\n\n")[1], section[:600]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row[1].strip() for row in rows] == ["1", "4", "16"], section[:800]
+    for row in rows:
+        requests, errors = row[2].strip().rstrip(")").split(" (")
+        assert int(requests) > 0 and int(errors) == 0, row
+        assert float(row[3]) > 0, row
+    print(section)

@@ -143,9 +143,7 @@ def installed(install_root, active_link):
         venv = os.path.dirname(record)
         if os.path.islink(venv):
             continue  # the active link itself
-        found.append(
-            {"version": venv_version(venv), "venv": venv, "active": os.path.realpath(venv) == target}
-        )
+        found.append({"version": venv_version(venv), "venv": venv, "active": os.path.realpath(venv) == target})
     return found
 
 
@@ -216,34 +214,54 @@ def exposition(found):
 
     running = [i for i in found["instances"] if i["version"]]
     metric(
-        "vllm_fleet_instance_info", "gauge", "The vLLM version each running instance loaded.",
+        "vllm_fleet_instance_info",
+        "gauge",
+        "The vLLM version each running instance loaded.",
         [({"vllm_instance": i["name"], "version": i["version"], "venv": i["venv"]}, 1) for i in running],
     )
     metric(
-        "vllm_fleet_instance_active", "gauge", "1 when the planned instance's unit is active.",
+        "vllm_fleet_instance_active",
+        "gauge",
+        "1 when the planned instance's unit is active.",
         [({"vllm_instance": i["name"]}, int(i["active"] == "active")) for i in found["instances"]],
     )
     metric(
-        "vllm_fleet_instance_restarts_total", "counter",
+        "vllm_fleet_instance_restarts_total",
+        "counter",
         "Automatic restarts of the instance's unit (systemd NRestarts).",
         [({"vllm_instance": i["name"]}, i["restarts"]) for i in found["instances"]],
     )
     if found["firewall"]["expected"]:
         metric(
-            "vllm_fleet_firewall_table_present", "gauge",
+            "vllm_fleet_firewall_table_present",
+            "gauge",
             "1 when the instance firewall's table is loaded in the kernel.",
             [({}, int(found["firewall"]["present"]))],
         )
     record = found["converged"]
-    metric("vllm_fleet_converged_record_present", "gauge", "1 when the host has a converged record.",
-           [({}, int(record["present"]))])
-    if record["present"]:
-        metric("vllm_fleet_converged_record_info", "gauge", "The digest of the inputs the record holds.",
-               [({"inputs": record["inputs_digest"]}, 1)])
-        metric("vllm_fleet_converged_record_timestamp_seconds", "gauge", "When the record was written.",
-               [({}, record["time"])])
     metric(
-        "vllm_fleet_cpu_numa_node", "gauge", "The NUMA node of each CPU (1), to group CPU time by node.",
+        "vllm_fleet_converged_record_present",
+        "gauge",
+        "1 when the host has a converged record.",
+        [({}, int(record["present"]))],
+    )
+    if record["present"]:
+        metric(
+            "vllm_fleet_converged_record_info",
+            "gauge",
+            "The digest of the inputs the record holds.",
+            [({"inputs": record["inputs_digest"]}, 1)],
+        )
+        metric(
+            "vllm_fleet_converged_record_timestamp_seconds",
+            "gauge",
+            "When the record was written.",
+            [({}, record["time"])],
+        )
+    metric(
+        "vllm_fleet_cpu_numa_node",
+        "gauge",
+        "The NUMA node of each CPU (1), to group CPU time by node.",
         [({"cpu": cpu, "numa_node": node}, 1) for cpu, node in sorted(found["cpu_nodes"].items(), key=_cpu_order)],
     )
     metric("vllm_fleet_state_timestamp_seconds", "gauge", "When this state was read.", [({}, found["time"])])
