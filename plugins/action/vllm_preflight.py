@@ -415,6 +415,9 @@ class ActionModule(ActionBase):
             problems += checks.service(host, v, facts, host_plan, probe["service"], loadbalancers)
         if "rollout" in sections:
             problems += checks.rollout(host, v)
+        if "monitoring" in sections:
+            watchers = task_vars.get("groups", {}).get(v["monitoring_group"], [])
+            problems += checks.monitoring_platform(host, facts, host in watchers)
         if recorded:
             problems += checks.converged_record(host, recorded)
 

@@ -1083,3 +1083,21 @@ def _monitoring_ports(host, v, monitoring_host, loadbalancer):
         else:
             seen[port] = name
     return problems
+
+
+# The monitoring role installs Debian's prometheus, prometheus-alertmanager and prometheus-node-exporter (apt).
+MONITORING_OS_FAMILIES = ("Debian",)
+
+
+def monitoring_platform(host, facts, monitoring_host):
+    """A host the monitoring role would change (exporters on every fleet host, Prometheus on a monitoring host) must be
+    of a family whose packages the role installs; an empty os_family (facts not read) is not judged."""
+    family = facts.get("os_family")
+    if not family or family in MONITORING_OS_FAMILIES:
+        return []
+    what = "Prometheus and Alertmanager" if monitoring_host else "the node exporter"
+    return [
+        f"{host}: monitoring_group: the role monitoring installs {what} from Debian's packages and this host is"
+        f" {family}; fix: keep monitoring hosts on Debian or Ubuntu, and leave the monitoring group empty while the"
+        " fleet has hosts of another family (their exporters are not supported yet)."
+    ]

@@ -1050,3 +1050,12 @@ def test_a_fleet_host_checks_only_the_exporters_knobs():
 )
 def test_monitoring_inputs_the_programs_read_pass(changes):
     assert checks.monitoring("mon", monitoring_defaults(**changes), monitoring_host=True, loadbalancer=True) == []
+
+
+def test_the_monitoring_role_refuses_a_family_whose_packages_it_does_not_install():
+    assert checks.monitoring_platform("m1", {"os_family": "Debian"}, True) == []
+    assert checks.monitoring_platform("v1", {}, False) == []
+    (problem,) = checks.monitoring_platform("v1", {"os_family": "RedHat"}, False)
+    assert problem.startswith("v1: monitoring_group:") and "node exporter" in problem and "fix:" in problem
+    (problem,) = checks.monitoring_platform("m1", {"os_family": "RedHat"}, True)
+    assert "Prometheus and Alertmanager" in problem

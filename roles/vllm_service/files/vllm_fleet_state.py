@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """What this vLLM host runs right now, read live: for the fleet report (--format json) and for the node
 exporter's textfile collector (--format prom, written atomically by vllm-fleet-state.timer).
 
