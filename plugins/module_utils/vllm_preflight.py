@@ -867,14 +867,7 @@ def loadbalancer(host, v):
             f"{host}: loadbalancer_bind_address: {bind!r} is no address HAProxy can listen on; fix: * (every"
             " address), one IPv4 or IPv6 address (without brackets) or a host name."
         )
-    for entry in v.get("loadbalancer_metrics_allow") or []:
-        try:
-            ipaddress.ip_network(str(entry), strict=False)
-        except ValueError:
-            problems.append(
-                f"{host}: loadbalancer_metrics_allow: {entry!r} is no address or network; fix: list addresses or"
-                " CIDR networks, such as 10.0.5.0/24."
-            )
+    problems += networks(host, "loadbalancer_metrics_allow", v)
     version = v.get("loadbalancer_tls_min_version")
     if isinstance(version, str) and version not in TLS_VERSIONS:
         problems.append(f"{host}: loadbalancer_tls_min_version: is {version!r}; fix: {' or '.join(TLS_VERSIONS)}.")
@@ -991,13 +984,32 @@ def _http_url(value):
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
+def networks(host, name, v):
+    """Each entry of the list option name is an address or a network (HAProxy ACLs and nftables sets take them)."""
+    return [
+        f"{host}: {name}: {entry!r} is no address or network; fix: list addresses or CIDR networks, such as"
+        " 10.0.5.0/24 or 2001:db8::/64."
+        for entry in v.get(name) or []
+        if not _is_network(entry)
+    ]
+
+
+def _is_network(text):
+    try:
+        ipaddress.ip_network(str(text), strict=False)
+    except ValueError:
+        return False
+    return True
+
+
 def monitoring(host, v, monitoring_host=True, loadbalancer=False):
     """The monitoring role's inputs Prometheus, Alertmanager, systemd and nftables read as written: durations,
     sizes, the webhook URL, ports (in range, and not shared by two listeners of one host), thresholds and the UI's
     allowed networks. Checks what v holds: on a fleet host the exporters' knobs (monitoring_host=False: no
     Prometheus or Alertmanager there), on a monitoring host every knob. loadbalancer: the host runs HAProxy (its
     exporter's port and loadbalancer_port are taken there)."""
-    problems = []
+    # The instance firewall, the exporters' table and HAProxy's exporter ACL admit these on every watched host.
+    problems = networks(host, "monitoring_sources", v)
     if monitoring_host:
         for name, zero_ok in MONITORING_DURATIONS.items():
             value = v.get(name)
@@ -1030,14 +1042,7 @@ def monitoring(host, v, monitoring_host=True, loadbalancer=False):
             number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
             if number is None or not math.isfinite(number) or number <= 0:
                 problems.append(f"{host}: {name}: is {value!r}, not a positive number; fix: set it to {wanted}.")
-        for entry in v.get("monitoring_ui_allow") or []:
-            try:
-                ipaddress.ip_network(str(entry), strict=False)
-            except ValueError:
-                problems.append(
-                    f"{host}: monitoring_ui_allow: {entry!r} is no address or network; fix: list addresses or CIDR"
-                    " networks, such as 10.0.5.0/24 or 2001:db8::/64."
-                )
+        problems += networks(host, "monitoring_ui_allow", v)
         listen = v.get("monitoring_prometheus_listen_address")
         if isinstance(listen, str) and listen and not (_is_address(listen) or HOST_NAME.match(listen)):
             problems.append(

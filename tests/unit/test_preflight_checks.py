@@ -1059,3 +1059,13 @@ def test_the_monitoring_role_refuses_a_family_whose_packages_it_does_not_install
     assert problem.startswith("v1: monitoring_group:") and "node exporter" in problem and "fix:" in problem
     (problem,) = checks.monitoring_platform("m1", {"os_family": "RedHat"}, True)
     assert "Prometheus and Alertmanager" in problem
+
+
+def test_monitoring_sources_are_addresses_or_networks_on_every_watched_host():
+    assert checks.networks("v1", "monitoring_sources", {"monitoring_sources": ["10.0.0.5", "fd00::/64"]}) == []
+    for monitoring_host in (True, False):
+        found = checks.monitoring("v1", {"monitoring_sources": ["10.0.0.5", "mon-1; drop"]}, monitoring_host)
+        assert found == [
+            "v1: monitoring_sources: 'mon-1; drop' is no address or network; fix: list addresses or CIDR networks,"
+            " such as 10.0.5.0/24 or 2001:db8::/64."
+        ]
