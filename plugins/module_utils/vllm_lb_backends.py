@@ -10,12 +10,14 @@ line, not by column number: HAProxy adds columns between versions.
 """
 
 import csv
+import ipaddress
 import re
 
 _SECTION = re.compile(
     r"^(global|defaults|frontend|backend|listen|resolvers|peers|userlist|program|cache|mailers|ring|http-errors)\b"
 )
 _SERVER = re.compile(r"^\s+server\s+(\S+)")
+_SERVER_ENDPOINT = re.compile(r"^\s+server\s+(\S+)\s+(\S+)")
 
 
 class BackendError(ValueError):
@@ -35,6 +37,91 @@ def configured_servers(config_text, backend):
         if server:
             servers.append(server.group(1))
     return servers
+
+
+def configured_endpoints(config_text, backend):
+    """{server: 'address:port'} of the `server` lines of section `backend <backend>`, as written."""
+    endpoints, inside = {}, False
+    for line in (config_text or "").splitlines():
+        section = _SECTION.match(line)
+        if section:
+            words = line.split()
+            inside = words[0] == "backend" and len(words) > 1 and words[1] == backend
+            continue
+        server = _SERVER_ENDPOINT.match(line) if inside else None
+        if server:
+            endpoints[server.group(1)] = server.group(2)
+    return endpoints
+
+
+def endpoint(server):
+    """'address:port' of a planned server ({'address', 'port'}), as the configuration writes it."""
+    return f"{server['address']}:{server['port']}"
+
+
+def split_endpoint(text):
+    """('address', port) of 'address:port' (an IPv6 address has colons of its own: the port is after the last)."""
+    address, _, port = str(text).rpartition(":")
+    return address.strip("[]"), int(port)
+
+
+def backend_servers(plans, address_of):
+    """Every planned server of the backend, in inventory order: {'name': '<host>-<instance>', 'host', 'address',
+    'port'}. plans: [(host, vllm_plan)], address_of: {host: the address the load balancers use for it}. The one
+    place the servers' names and endpoints are made (the load balancer's configuration and the rollout's switch)."""
+    return [
+        {
+            "name": f"{host}-{instance.get('name', '')}",
+            "host": host,
+            "address": str(address_of.get(host, host)),
+            "port": int(instance.get("port") or 0),
+        }
+        for host, plan in plans
+        for instance in (plan or {}).get("instances", [])
+    ]
+
+
+def held_servers(servers, config_text, backend):
+    """The servers as the load balancer play writes them: a server the configuration has already keeps the
+    endpoint it has there, so that a changed port or address never reaches HAProxy for every host at once; the
+    rollout moves each host's servers inside that host's drained window (endpoint_changes). Each server gains
+    'planned' (its planned endpoint) and 'held' (whether the written endpoint differs from it)."""
+    configured = configured_endpoints(config_text, backend)
+    out = []
+    for server in servers:
+        planned = endpoint(server)
+        written = configured.get(server["name"], planned)
+        address, port = split_endpoint(written) if written != planned else (server["address"], server["port"])
+        out.append(dict(server, address=address, port=port, planned=planned, held=written != planned))
+    return out
+
+
+def endpoint_changes(config_text, backend, servers, wanted=None):
+    """[{'name', 'from', 'to', 'address', 'port', 'runtime'}] for the servers whose configured endpoint is not the
+    wanted one: wanted is {server: 'address:port'} (a rollback's endpoints from before), else each server's planned
+    endpoint. Servers the configuration does not have yet are left to the load balancer play."""
+    configured = configured_endpoints(config_text, backend)
+    changes = []
+    for server in servers:
+        name = server["name"]
+        target = (wanted or {}).get(name) if wanted is not None else endpoint(server)
+        if name not in configured or not target or configured[name] == target:
+            continue
+        address, port = split_endpoint(target)
+        changes.append(
+            {"name": name, "from": configured[name], "to": target, "address": address, "port": port,
+             "runtime": _is_ip(address)}
+        )  # fmt: skip
+    return changes
+
+
+def _is_ip(text):
+    """HAProxy's runtime API moves a server to an IP address only (a name needs a reload)."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def removal_limit(max_removed_percent, configured):

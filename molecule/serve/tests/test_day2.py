@@ -17,6 +17,8 @@ API_KEY = "serve-key-b-rotated"
 OLD_API_KEY = "serve-key-a"
 LB_URL = "https://10.88.250.50:8080"
 CA_FILE = Path(__file__).resolve().parents[3] / ".cache/tls/ca.crt"
+# Step 2 moved the instances from 8000 to 8100.
+PORT = 8100
 EXPECTED_STEPS = ["1-key-rotation", "2-rotation-end-and-knobs", "3-drain-fails", "4-gate-fails",
                   "5a-reinstall-host-lost", "5b-recovery", "6a-noop", "6b-drift"]
 
@@ -73,6 +75,6 @@ def test_the_load_balancer_host_needs_the_key_on_every_route(host, request):
     own = host.interface("eth0").addresses[0]
     body = {"model": "tiny-llama", "prompt": "Hello"}
     for path in ("/tokenize", "/invocations", "/v1/completions"):
-        assert direct_status(lb, f"http://{own}:8000{path}", "", body) == 401, path
-        assert direct_status(lb, f"http://{own}:8000{path}", OLD_API_KEY, body) == 401, path
-    assert direct_status(lb, f"http://{own}:8000/tokenize", API_KEY, body) == 200
+        assert direct_status(lb, f"http://{own}:{PORT}{path}", "", body) == 401, path
+        assert direct_status(lb, f"http://{own}:{PORT}{path}", OLD_API_KEY, body) == 401, path
+    assert direct_status(lb, f"http://{own}:{PORT}/tokenize", API_KEY, body) == 200
