@@ -13,8 +13,15 @@ saturates a small machine; a pause leaves CPU to what is being tested).
 A request counts as answered only with HTTP 200 and a completion in the
 body; anything else (connection refused or reset, 5xx, timeout, malformed
 body) is a failure, recorded with its time and reason.
+With --long-max-tokens, every --long-every-th request of each worker asks for
+that many tokens (ignore_eos, so it generates them all): a request in flight
+for a second or more, which a restart without a drain cuts. The requests in
+flight are sampled every 0.1 s: their mean, the least seen, and the share of
+samples with fewer in flight than --expect-in-flight (the instances behind the
+load balancer: a test proves nothing about an instance with no request in it).
 Runs until --stop-file exists or --duration seconds passed, then writes the
-counts, latency percentiles and failures as JSON and prints a summary line.
+counts, latency percentiles, in-flight figures and failures as JSON and prints
+a summary line.
 Stdlib only, so it runs with any Python 3.
 """
 
@@ -50,12 +57,18 @@ def current_headers(args, headers):
         return {**headers, "Authorization": "Bearer " + handle.read().strip()}
 
 
-def worker(args, headers, body, state, lock, stop, context=None):
+def worker(args, headers, bodies, state, lock, stop, context=None):
+    sent = 0
     while not stop.is_set():
+        body = bodies[1] if args.long_max_tokens and sent % args.long_every == args.long_every - 1 else bodies[0]
+        sent += 1
         started = time.time()
+        with lock:
+            state["in_flight"] += 1
         error = one_request(args.url, current_headers(args, headers), body, args.timeout, context)
         took = time.time() - started
         with lock:
+            state["in_flight"] -= 1
             state["sent"] += 1
             if error is None:
                 state["answered"] += 1
@@ -66,6 +79,12 @@ def worker(args, headers, body, state, lock, stop, context=None):
                     {"at": round(started - state["start"], 1), "epoch": round(started, 1), "error": error}
                 )
         stop.wait(args.pause)
+
+
+def sample_in_flight(state, lock, stop, samples):
+    while not stop.wait(0.1):
+        with lock:
+            samples.append(state["in_flight"])
 
 
 def percentile(values, share):
@@ -81,6 +100,9 @@ def main():
     parser.add_argument("--ca-file", help="CA certificate (PEM) that signed the load balancer's certificate")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--long-max-tokens", type=int, default=0, help="tokens of the long requests (0: none)")
+    parser.add_argument("--long-every", type=int, default=3, help="every n-th request of a worker is long")
+    parser.add_argument("--expect-in-flight", type=int, default=1, help="requests that should always be in flight")
     parser.add_argument("--pause", type=float, default=0.0, help="seconds each worker waits between two requests")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--stop-file")
@@ -89,21 +111,25 @@ def main():
     args = parser.parse_args()
 
     headers = {"Content-Type": "application/json"}
-    body = json.dumps(
-        {"model": args.model, "prompt": "The capital of France is", "max_tokens": args.max_tokens, "temperature": 0}
-    ).encode()
+    if args.long_every < 1:
+        parser.error("--long-every must be 1 or more")
+    short = {"model": args.model, "prompt": "The capital of France is", "max_tokens": args.max_tokens, "temperature": 0}
+    long = dict(short, max_tokens=args.long_max_tokens, ignore_eos=True)
+    bodies = (json.dumps(short).encode(), json.dumps(long).encode())
     context = None
     if args.url.startswith("https://"):
         context = ssl.create_default_context(cafile=args.ca_file)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
     elif args.ca_file:
         parser.error("--ca-file needs an https:// --url")
-    state = {"sent": 0, "answered": 0, "failed": 0, "latencies": [], "failures": [], "start": time.time()}
-    lock, stop = threading.Lock(), threading.Event()
+    state = {"sent": 0, "answered": 0, "failed": 0, "in_flight": 0, "latencies": [], "failures": []}
+    state["start"] = time.time()
+    lock, stop, samples = threading.Lock(), threading.Event(), []
     threads = [
-        threading.Thread(target=worker, args=(args, headers, body, state, lock, stop, context), daemon=True)
+        threading.Thread(target=worker, args=(args, headers, bodies, state, lock, stop, context), daemon=True)
         for _ in range(args.concurrency)
     ]
+    threads.append(threading.Thread(target=sample_in_flight, args=(state, lock, stop, samples), daemon=True))
     for thread in threads:
         thread.start()
     while time.time() - state["start"] < args.duration and not (args.stop_file and os.path.exists(args.stop_file)):
@@ -122,13 +148,21 @@ def main():
         "failed": state["failed"],
         "latency_p50_s": percentile(state["latencies"], 0.5),
         "latency_p95_s": percentile(state["latencies"], 0.95),
+        "long_max_tokens": args.long_max_tokens,
+        "in_flight_mean": round(sum(samples) / len(samples), 2) if samples else 0,
+        "in_flight_min": min(samples, default=0),
+        "share_below_expected": round(sum(1 for n in samples if n < args.expect_in_flight) / len(samples), 3)
+        if samples
+        else 1.0,
         "failures": state["failures"][:50],
     }
     with open(args.out, "w") as handle:
         json.dump(result, handle, indent=2)
     print(
         f"loadgen: {result['sent']} sent, {result['answered']} answered, {result['failed']} failed "
-        f"in {result['seconds']} s (p50 {result['latency_p50_s']} s, p95 {result['latency_p95_s']} s)"
+        f"in {result['seconds']} s (p50 {result['latency_p50_s']} s, p95 {result['latency_p95_s']} s); in flight: "
+        f"mean {result['in_flight_mean']}, min {result['in_flight_min']}, below {args.expect_in_flight} "
+        f"{result['share_below_expected']:.1%} of the time"
     )
 
 
