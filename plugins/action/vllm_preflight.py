@@ -272,6 +272,7 @@ class ActionModule(ActionBase):
         if role != "vllm_plan":
             problems += checks.written_types(host, options, provided, result.validated_parameters)
         problems += checks.host_paths(host, options, result.validated_parameters)
+        problems += checks.host_directories(host, result.validated_parameters)
         problems += checks.one_line(host, options, result.validated_parameters)
         return result.validated_parameters, problems
 

@@ -17,6 +17,11 @@ import json
 import re
 from pathlib import Path
 
+try:
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_syntax as syntax
+except ImportError:  # scripts/wheelhouse.py imports this file by itself, from this directory
+    import vllm_syntax as syntax
+
 # Debian 12's gcc 12.2 builds 0.32.0/0.33.0 with two patches (opt-in
 # vllm_build_gcc122_workaround), applied by roles/vllm_build through its patch
 # mechanism before the inventory's own vllm_build_patches: lower
@@ -124,12 +129,17 @@ def _check_env_vars(value):
     if not isinstance(value, dict) or not value:
         return "a dict {VLLM_CPU_NAME: {type, default}}"
     for name, spec in value.items():
-        if not isinstance(name, str) or not name.startswith("VLLM_CPU_"):
-            return f"{name!r} is not a VLLM_CPU_* name"
+        # Each name becomes a line `NAME="value"` of every instance's environment file.
+        if not isinstance(name, str) or not name.startswith("VLLM_CPU_") or syntax.env_name(name):
+            return f"{name!r} is not a VLLM_CPU_* name (letters, digits and _ only)"
         if not isinstance(spec, dict) or spec.get("type") not in _ENV_TYPES:
             return f"{name}: type must be one of {', '.join(_ENV_TYPES)}"
         if "default" not in spec or not (spec["default"] is None or isinstance(spec["default"], str)):
             return f"{name}: default must be a string or null"
+        values = [spec["default"], *(spec.get("choices") or [])]
+        refused = [item for item in values if item is not None and syntax.env_file_value(str(item))]
+        if refused:
+            return f"{name}: {refused[0]!r} is not printable ASCII on one line (the environment file's values)"
         for key, item in spec.items():
             if key in ("type", "default", "choices"):
                 continue
@@ -151,11 +161,27 @@ def _check_cpu_libraries(value):
     return None
 
 
+# A wheel class names directories (<work root>/<version>-<class>, <artifacts>/<class>): one path component.
+_CLASS_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
+
+
 def _check_build_isa_env(value):
     if not isinstance(value, dict) or not value:
         return "a dict {wheel class: {VARIABLE: value}}"
     bad = [name for name, env in value.items() if not _is_str(name) or not _str_map(env)]
-    return f"not a dict of strings: {', '.join(map(str, bad))}" if bad else None
+    if bad:
+        return f"not a dict of strings: {', '.join(map(str, bad))}"
+    for wheel_class, env in value.items():
+        if not _CLASS_NAME.match(wheel_class):
+            return f"{wheel_class!r} is not a wheel class name (letters, digits and _ . + -; it names directories)"
+        # build.sh writes each as `export NAME=<value | quote>`: a name that is not one runs as a command.
+        for name, item in env.items():
+            # cmake/cpu_extension.cmake reads them as $ENV{VLLM_CPU_*}; another name (PATH, BASH_ENV) is no ISA switch.
+            if syntax.env_name(name) or not name.startswith("VLLM_CPU_"):
+                return f"{wheel_class}: {name!r} is not a variable name VLLM_CPU_* (letters, digits and _)"
+            if syntax.shell_value(item):
+                return f"{wheel_class}: {name}: the value has a NUL character, which no shell variable holds"
+    return None
 
 
 def _check_gcc_workarounds(value):
@@ -166,31 +192,51 @@ def _check_gcc_workarounds(value):
             return f"{gcc!r}: a gcc major.minor and a list of patches"
         if not all(isinstance(p, dict) and _is_str(p.get("patch")) and _is_str(p.get("file")) for p in patches):
             return f"{gcc}: each patch needs patch and file"
+        # patch: under roles/vllm_build/files/patches/; file: inside the source tree.
+        for item in patches:
+            for key in ("patch", "file"):
+                if syntax.relative_path(item[key]):
+                    return f"{gcc}: {key} {item[key]!r} is not a relative path inside its tree (no .., no blanks)"
     return None
+
+
+def _check_cpu_libraries_names(value):
+    problem = _check_cpu_libraries(value)
+    if problem:
+        return problem
+    names = [name for names in value.values() for name in names]
+    bad = [name for name in names if not re.fullmatch(r"_C[A-Za-z0-9_]*", name)]
+    return f"{bad[0]!r} is not a module name such as _C_AVX2" if bad else None
+
+
+def _relative(value, example):
+    refusal = syntax.relative_path(value)
+    return f"a path inside the source, e.g. {example} ({refusal.problem})" if refusal else None
 
 
 _VERSION_RE = r"\d+\.\d+\.\d+"
 ROW_FORMAT = {
     "version": lambda v: None if isinstance(v, str) and re.fullmatch(_VERSION_RE, v) else "X.Y.Z",
-    "git_tag": lambda v: None if _is_str(v) else "a git tag, e.g. v0.34.0",
+    "git_tag": lambda v: None if _is_str(v) and not syntax.git_ref(v) else "a git tag, e.g. v0.34.0 (not - first)",
     "sdist_sha256": lambda v: None if v is None or (isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v))
     else "64 lowercase hex digits or null",
     "torch_version": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+(\.\d+)?", v)
     else "a torch version such as 2.14.0 (without +cpu)",
-    "torch_plus_cpu_arches": lambda v: None if _str_list(v) else 'a list of machines such as ["aarch64", "x86_64"]',
+    "torch_plus_cpu_arches": lambda v: None if _str_list(v) and all(re.fullmatch(r"[A-Za-z0-9_]+", a) for a in v)
+    else 'a list of machines such as ["aarch64", "x86_64"]',
     "python_versions": lambda v: None if v and _str_list(v) and all(re.fullmatch(r"3\.\d+", p) for p in v)
     else 'a list such as ["3.11", "3.12"]',
     "min_gcc": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+", v) else "major.minor, e.g. 12.3",
     "min_cmake": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)*", v) else "e.g. 3.26.1",
     "gcc_by_arch": _check_gcc_by_arch,
     "universal_x86_wheel": lambda v: None if isinstance(v, bool) else "true or false",
-    "cpu_libraries": _check_cpu_libraries,
+    "cpu_libraries": _check_cpu_libraries_names,
     "build_isa_env": _check_build_isa_env,
     "env_vars": _check_env_vars,
-    "build_requirements": lambda v: None if _is_str(v) else "a path inside the source, e.g. requirements/build/cpu.txt",
-    "runtime_requirements": lambda v: None if _is_str(v) else "a path inside the source, e.g. requirements/cpu.txt",
+    "build_requirements": lambda v: _relative(v, "requirements/build/cpu.txt"),
+    "runtime_requirements": lambda v: _relative(v, "requirements/cpu.txt"),
     "serve_entrypoint": lambda v: None if v in _SERVE else " or ".join(_SERVE),
-    "serve_cli_distribution": lambda v: None if v is None or _is_str(v)
+    "serve_cli_distribution": lambda v: None if v is None or (_is_str(v) and syntax.DISTRIBUTION_NAME.match(v))
     else "the distribution name vllm/entrypoints/cli/main.py looks up (vllm), or null",
     "api_server_module": lambda v: None if isinstance(v, bool) else "true or false",
     "preloads_iomp": lambda v: None if isinstance(v, bool) else "true or false",

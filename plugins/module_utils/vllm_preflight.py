@@ -27,6 +27,19 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import select_wheels
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import parse_serial
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+    account_name,
+    bearer_token,
+    env_file_value,
+    env_name,
+    haproxy_word,
+    haproxy_words,
+    host_path,
+    number,
+    owned_directory,
+    say,
+    url_path,
+)
 
 GIB = 1073741824
 # The wheels' tar arrives in a temporary directory and is unpacked next to it (counted twice), plus slack.
@@ -64,10 +77,30 @@ SERVICE_ENV = {
     "VLLM_SERVICE_OPEN_PATHS": "vllm_service_paths_without_key",
     "HF_TOKEN": "vllm_service_hf_token",
 }
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# A build class, user or group name: one path component, nothing a shell or a path would read otherwise.
-NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
-USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+# A build class name: one path component, nothing a shell or a path would read otherwise.
+NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
+# The directories the roles create and own or chmod (and what they do there): never a system directory.
+OWNED_DIRECTORIES = {
+    "vllm_service_home": "the role makes the service user's home and gives to that user (mode 0750)",
+    "vllm_service_config_dir": "the role sets to mode 0750 and a rollback replaces whole (rm -rf)",
+    "vllm_install_root": "the role creates and gives to root (mode 0755)",
+    "vllm_install_host_wheelhouse": "the role fills with wheels (mode 0755)",
+    "vllm_install_local_facts_dir": "the role creates and gives to root (mode 0755)",
+    "vllm_build_work_root": "the role builds in",
+    "vllm_build_ccache_dir": "the role gives to root (mode 0755) as the compiler cache",
+    "rollout_state_dir": "the role gives to root with mode 0700",
+    "toolchain_local_facts_dir": "the role creates and gives to root (mode 0755)",
+    "monitoring_prometheus_storage_path": "the role gives to the prometheus user",
+}
+# The other paths on the hosts the roles write into unit files, haproxy.cfg, scripts and commands as written.
+HOST_PATHS = (
+    "vllm_install_active_link",
+    "vllm_service_active_link",
+    "vllm_fleet_converged_record",
+    "vllm_fleet_run_lock",
+    "loadbalancer_tls_dir",
+    "loadbalancer_admin_socket",
+)
 # The options naming an inventory group (their default group may be absent: a fleet without load balancers).
 GROUP_OPTIONS = (
     "vllm_service_loadbalancer_group",
@@ -82,12 +115,14 @@ BOUNDS = {
     "loadbalancer_check_fall": (1, None),
     "loadbalancer_check_rise": (1, None),
     "loadbalancer_retries": (0, None),
+    "loadbalancer_maxconn": (1, 500000),
     "loadbalancer_drain_timeout": (0, None),
     "loadbalancer_ready_timeout": (0, None),
     "vllm_build_nice": (-20, 19),
     "vllm_build_min_free_gib": (0, None),
     "vllm_build_min_available_gib_per_job": (0, None),
     "vllm_build_timeout": (1, None),
+    "vllm_fleet_run_lock_lease": (1, None),
     "vllm_build_poll_interval": (1, None),
     "vllm_install_keep_versions": (1, None),
     "vllm_install_min_free_gib": (0, None),
@@ -99,19 +134,19 @@ BOUNDS = {
     "vllm_service_health_max_restarts": (0, None),
     "vllm_service_smoke_max_tokens": (1, None),
 }
+# The BOUNDS that are not whole numbers.
+BOUND_FLOATS = ("vllm_build_min_available_gib_per_job", "vllm_install_min_free_gib")
 # The role versions that default to vllm_version; the roles name directories and compare versions by them as
 # written.
 ROLE_VERSIONS = ("vllm_install_version", "vllm_build_version", "toolchain_vllm_version")
 # What Ansible's bool filter (the roles' `| bool`) reads as true or false; the argument spec takes more (y, t).
 BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
-WHOLE_NUMBER = re.compile(r"^\s*[+-]?[0-9]+\s*$")
+WHOLE_NUMBER = re.compile(r"^\s*[+-]?[0-9]+\s*\Z")
 LOCAL_ONLY = re.compile(r"^(127\.|::1$|localhost$)")
 LOOPBACK = re.compile(r"^(127\.|::1$)")
 CAP_NET_ADMIN = 12
 # HAProxy's time format (a whole number and an optional unit; without one, milliseconds).
-HAPROXY_TIME = re.compile(r"^([0-9]+)(us|ms|s|m|h|d)?$")
-# A request path as HAProxy's health check line and ACLs take it: absolute, no blanks.
-URL_PATH = re.compile(r"^/\S*$")
+HAPROXY_TIME = re.compile(r"^([0-9]+)(us|ms|s|m|h|d)?\Z")
 # Where the hardened haproxy unit (loadbalancer_systemd_hardening) may write.
 HAPROXY_RUNTIME_DIR = "/run/haproxy"
 LB_TIMES = (
@@ -122,12 +157,12 @@ LB_TIMES = (
     "loadbalancer_timeout_queue",
 )
 # What HAProxy accepts in a proxy's name.
-HAPROXY_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+HAPROXY_NAME = re.compile(r"^[A-Za-z0-9_.:-]+\Z")
 # An OpenSSL cipher list or TLS 1.3 suite list: one word.
-CIPHER_LIST = re.compile(r"^[A-Za-z0-9_:+!@=.,-]+$")
+CIPHER_LIST = re.compile(r"^[A-Za-z0-9_:+!@=.,-]+\Z")
 # A DNS name: dot-separated labels of letters, digits and inner hyphens.
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+HOST_NAME = re.compile(rf"^(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*\Z")
 # OpenSSL 3 at its default security level refuses TLS 1.0 and 1.1: HAProxy would start and every handshake fail.
 TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -217,6 +252,24 @@ def written_types(host, options, written, validated):
     return problems
 
 
+def host_directories(host, validated):
+    """The host paths the roles write into unit files, haproxy.cfg, scripts and commands: normalised, of portable
+    characters; and the directories they own or chmod none of the system's (a relative path is host_paths')."""
+    problems = []
+    for name, value in validated.items():
+        if not isinstance(value, str) or not value.startswith("/"):
+            continue
+        if name in OWNED_DIRECTORIES:
+            refusal = owned_directory(value, OWNED_DIRECTORIES[name])
+        elif name in HOST_PATHS:
+            refusal = host_path(value)
+        else:
+            continue
+        if refusal:
+            problems.append(say(host, name, value, refusal))
+    return problems
+
+
 def host_paths(host, options, validated):
     """Every path option absolute: the roles join them into directories, units and commands (an empty
     vllm_install_root puts the virtualenv at /0.32.0-x86_64; a relative one goes wherever the task runs)."""
@@ -249,12 +302,10 @@ def one_line(host, options, validated):
 def names(host, v, groups, defaults):
     """The service user and group names, and the inventory groups the options name."""
     problems = []
-    for name in ("vllm_service_user", "vllm_service_group"):
-        if name in v and not USER_NAME.match(str(v[name])):
-            problems.append(
-                f"{host}: {name}: {v[name]!r} is no user or group name; fix: a name of letters, digits, _ . -"
-                " (not a digit or - first, at most 32), such as vllm."
-            )
+    for name, kind in (("vllm_service_user", "user"), ("vllm_service_group", "group")):
+        refusal = account_name(v[name], kind) if name in v else None
+        if refusal:
+            problems.append(say(host, name, v[name], refusal))
     for name in GROUP_OPTIONS:
         if name in v and v[name] != defaults.get(name) and v[name] not in groups:
             problems.append(
@@ -269,11 +320,12 @@ def bounds(host, v):
     problems = []
     for name, (low, high) in BOUNDS.items():
         value = v.get(name)
-        if value is None or isinstance(value, bool):
+        if value is None:
             continue
-        if (low is not None and value < low) or (high is not None and value > high):
-            wanted = f"from {low} to {high}" if high is not None else f"at least {low}"
-            problems.append(f"{host}: {name}: is {value:g}, outside its range; fix: set it {wanted}.")
+        # A value the argument spec could not convert (-e gives strings) is still here as written.
+        _, refusal = number(value, low, high, whole=name not in BOUND_FLOATS)
+        if refusal:
+            problems.append(say(host, name, value, refusal))
     return problems
 
 
@@ -721,12 +773,11 @@ def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.
             " without a key; fix: set vllm_service_api_key (in Ansible Vault: ansible-vault encrypt_string), or set"
             " vllm_service_allow_unauthenticated: true to serve without a key on purpose."
         )
-    bad_paths = [p for p in v["vllm_service_paths_without_key"] if not re.match(r"^/\S*$", str(p))]
-    if bad_paths:
-        problems.append(
-            f"{host}: vllm_service_paths_without_key: {bad_paths} do not start with '/' or contain spaces; fix: list"
-            " exact URL paths such as /health."
-        )
+    # Compared with request paths, and joined by blanks into VLLM_SERVICE_OPEN_PATHS (an environment file line).
+    for index, path in enumerate(v["vllm_service_paths_without_key"]):
+        refusal = url_path(path)
+        if refusal:
+            problems.append(say(host, f"vllm_service_paths_without_key[{index}]", path, refusal))
     # Where the load balancers are other hosts, the instances must listen on an address of this host
     # they can reach (Debian maps the host's own name to 127.0.1.1, for example).
     if listen not in ("0.0.0.0", "::"):
@@ -806,19 +857,20 @@ def _service_overrides(host, v, plan):
             f"{host}: vllm_service_extra_env: sets {', '.join(replaced)}, which the plan or the role writes (the"
             f" extra environment would replace it); fix: drop them ({'; '.join(where)})."
         )
-    bad = sorted(str(name) for name, value in env.items() if not ENV_NAME.match(str(name)) or "\n" in str(value))
-    if bad:
-        problems.append(
-            f"{host}: vllm_service_extra_env: {', '.join(map(repr, bad))} is not a variable name (letters, digits,"
-            " _; not a digit first) or its value has a line break; fix: correct the name or the value."
-        )
-    for name in ("vllm_service_api_key", "vllm_service_api_key_previous"):
-        key = v[name]
-        if key and (key != key.strip() or re.search(r"[\s\x00-\x1f\x7f]", key)):
-            problems.append(
-                f"{host}: {name}: has blanks or control characters, which no client can send as a bearer token;"
-                " fix: use a key of visible characters (e.g. `openssl rand -hex 32`), in Ansible Vault."
-            )
+    # Each entry is a line `NAME="value"` of every instance's environment file (instance.env.j2: to_json).
+    for name in sorted(env, key=str):
+        refusal = env_name(name)
+        if refusal:
+            problems.append(say(host, "vllm_service_extra_env", name, refusal))
+            continue
+        refusal = env_file_value(env[name] if isinstance(env[name], str) else str(env[name]))
+        if refusal:
+            problems.append(say(host, f"vllm_service_extra_env[{name!r}]", env[name], refusal))
+    # Sent as bearer tokens and written into secrets.env: never shown.
+    for name in ("vllm_service_api_key", "vllm_service_api_key_previous", "vllm_service_hf_token"):
+        refusal = bearer_token(v[name]) if v.get(name) else None
+        if refusal:
+            problems.append(say(host, name, v[name], refusal, secret=True))
     return problems
 
 
@@ -840,22 +892,25 @@ def loadbalancer(host, v):
             f"{host}: loadbalancer_backend_name: {name!r} is no HAProxy proxy name; fix: letters, digits and"
             " - _ . : only, such as vllm."
         )
+    # HAProxy sends the health path as the check's request line; the allow-lists are words of an ACL line, where
+    # a `#` would start a comment and leave `path_beg /` (every route).
     path = v.get("loadbalancer_health_path")
-    if isinstance(path, str) and not URL_PATH.match(path):
-        problems.append(
-            f"{host}: loadbalancer_health_path: is {path!r}; HAProxy sends it as the health check's request line;"
-            " fix: an absolute path without blanks, such as /health."
-        )
-    prefixes = v.get("loadbalancer_allowed_path_prefixes") or []
-    routes = [*prefixes, *(v.get("loadbalancer_allowed_paths") or [])]
-    if [route for route in routes if not URL_PATH.match(str(route))] or {"/", ""} & set(map(str, prefixes)):
-        problems.append(
-            f"{host}: loadbalancer_allowed_path_prefixes / loadbalancer_allowed_paths must be absolute paths"
-            ' without spaces, and no prefix may be "/" (that would forward every route, including vLLM\'s'
-            " unauthenticated ones: /invocations, /tokenize, /detokenize); fix: list only the routes clients need"
-            " (default: /v1/ and /health)."
-        )
+    refusal = url_path(path) if path is not None else None
+    if refusal:
+        problems.append(say(host, "loadbalancer_health_path", path, refusal))
+    for name, prefix in (("loadbalancer_allowed_path_prefixes", True), ("loadbalancer_allowed_paths", False)):
+        for index, route in enumerate(v.get(name) or []):
+            refusal = url_path(route, prefix=prefix)
+            if refusal:
+                problems.append(say(host, f"{name}[{index}]", route, refusal))
+    target = v.get("loadbalancer_log_target")
+    refusal = haproxy_words(target) if target is not None else None
+    if refusal:
+        problems.append(say(host, "loadbalancer_log_target", target, refusal))
     socket_path = v.get("loadbalancer_admin_socket")
+    refusal = haproxy_word(socket_path) if socket_path is not None else None
+    if refusal:
+        problems.append(say(host, "loadbalancer_admin_socket", socket_path, refusal))
     if v.get("loadbalancer_systemd_hardening") and os.path.dirname(str(socket_path)) != HAPROXY_RUNTIME_DIR:
         problems.append(
             f"{host}: loadbalancer_admin_socket: {socket_path} is outside {HAPROXY_RUNTIME_DIR}, the only directory"
@@ -910,10 +965,10 @@ def rollout(host, v):
 # Prometheus' durations (model/time.go, 2.42): whole numbers with units from the largest to the smallest, each at
 # most once (1h30m, 2w3d); "0" alone is zero.
 PROMETHEUS_DURATION = re.compile(
-    r"^(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?$"
+    r"^(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?(?:([0-9]+)ms)?\Z"
 )
 # --storage.tsdb.retention.size: a whole number and a unit (Prometheus' documented ones), or 0 for no limit.
-PROMETHEUS_SIZE = re.compile(r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)$")
+PROMETHEUS_SIZE = re.compile(r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)\Z")
 # The common subset of systemd's time spans (systemd.time(7)): numbers with units, blanks between them allowed;
 # a number without a unit is seconds.
 SYSTEMD_SPAN_SECONDS = {
@@ -929,7 +984,7 @@ SYSTEMD_SPAN_SECONDS = {
 }
 # Longest first: "min" before "m", "ms" before "m" and "s".
 SYSTEMD_SPAN_UNITS = "|".join(sorted(SYSTEMD_SPAN_SECONDS, key=len, reverse=True))
-SYSTEMD_SPAN = re.compile(rf"^\s*(?:[0-9]+(?:\.[0-9]+)?\s*(?:{SYSTEMD_SPAN_UNITS})?\s*)+$")
+SYSTEMD_SPAN = re.compile(rf"^\s*(?:[0-9]+(?:\.[0-9]+)?\s*(?:{SYSTEMD_SPAN_UNITS})?\s*)+\Z")
 SYSTEMD_SPAN_PART = re.compile(rf"([0-9]+(?:\.[0-9]+)?)\s*({SYSTEMD_SPAN_UNITS})?")
 # The durations the monitoring role writes into Prometheus' and Alertmanager's files and flags, and whether zero
 # is a value they take: a zero retention keeps nothing, a zero scrape or evaluation interval becomes Prometheus'

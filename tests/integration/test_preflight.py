@@ -242,6 +242,31 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
             {"vllm_service_extra_env": {"VLLM_CPU_KVCACHE_SPACE": "500"}},
             ["vllm_service_extra_env: sets VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_KVCACHE_SPACE: the plan"],
         ),
+        # Each input checked for the syntax of the file or command it reaches (issue 32 item 9).
+        "system-user": (
+            {"vllm_service_user": "root", "vllm_service_group": "adm"},
+            ["system-user: vllm_service_user: is 'root', a system user of the distribution",
+             "system-user: vllm_service_group: is 'adm', a system group", "fix: a group of the fleet's own"],
+        ),
+        "system-home": (
+            {"vllm_service_home": "/etc", "rollout_state_dir": "/var/lib/../lib"},
+            ["system-home: vllm_service_home: is '/etc', a system directory", "fix: give a directory of the fleet's",
+             "system-home: rollout_state_dir: is '/var/lib/../lib', not a normalised path"],
+        ),
+        "quoted-key": (
+            {"vllm_service_api_key": 'quo"te\\s3cret'},
+            ["quoted-key: vllm_service_api_key: is a secret (not shown), not a bearer token", "fix: use a key such"],
+        ),
+        "env-value": (
+            {"vllm_service_extra_env": {"GREETING": "caf\u00e9", "A\nB": "1"}},
+            ["env-value: vllm_service_extra_env['GREETING']: is 'caf\u00e9', has a line break, a control character",
+             "env-value: vllm_service_extra_env: is 'A\\nB', not a variable name"],
+        ),
+        # A string where a number goes (-e gives strings): named, not a Python comparison error.
+        "nice-string": (
+            {"vllm_build_nice": "eighty"},
+            ["nice-string: vllm_build_nice: is 'eighty', not a whole number; fix: write a whole number from -20 to"],
+        ),
     }
     # Something in the way of the converged record: the run's last step could not write it.
     (tmp_path / "record-dir").mkdir()
@@ -263,6 +288,12 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
         "lb-words": (
             {"loadbalancer_check_interval": "2 s", "loadbalancer_metrics_allow": ["monitoring"]},
             ["lb-words: loadbalancer_check_interval: is '2 s', not a time HAProxy reads", "'monitoring' is no address"],
+        ),
+        # `path_beg /v1/ /#x` would be `path_beg /v1/ /` in HAProxy: every route forwarded.
+        "lb-hash": (
+            {"loadbalancer_allowed_path_prefixes": ["/v1/", "/#x"], "loadbalancer_log_target": "stdout # x"},
+            ["lb-hash: loadbalancer_allowed_path_prefixes[1]: is '/#x', and HAProxy's configuration reads '#' in it as"
+             " the start of a comment", "lb-hash: loadbalancer_log_target: is 'stdout # x'"],
         ),
     }
     loadbalancers = {"lb-port": {}, **{name: variables for name, (variables, _) in lb_cases.items()}}

@@ -142,19 +142,29 @@ def test_a_release_only_in_the_inventory_passes_preflight(tmp_path, machine_root
             "vllm_release_overrides": {"0.34.0": dict(row, torch_plus_cpu_arches="x86_64")},
         },
         "unknown": {"vllm_version": "0.35.0", "vllm_release_overrides": {"0.34.0": patched}},
+        # build.sh writes each build variable as `export NAME=...`: a line break in a name ran a command.
+        "bad-env-name": {
+            "vllm_version": "0.34.0",
+            "vllm_release_overrides": {
+                "0.34.0": dict(patched, build_isa_env=dict(row["build_isa_env"], x86_64={"X\ntouch /tmp/p\nY": "1"}))
+            },
+        },
     }
     result = run_preflight(tmp_path, machine_root, controller_inputs, hosts)
     output = result.stdout
     assert result.returncode != 0
     # The gate names the hosts that failed their own checks (it reports on one host of the run).
     failed = re.search(r"Preflight failed on (.+?) \(their messages", output).group(1).split(", ")
-    assert sorted(failed) == ["bad-row", "new-release-unpatched", "unknown"], failed
+    assert sorted(failed) == ["bad-env-name", "bad-row", "new-release-unpatched", "unknown"], failed
     assert all(stats["changed"] == 0 for stats in recap(output).values())
     unpatched = failure_of(output, "new-release-unpatched")
     assert "vLLM 0.34.0 needs gcc >= 12.3" in unpatched and "fix:" in unpatched, unpatched
     bad = failure_of(output, "bad-row")
     assert "vllm_release_overrides['0.34.0'].torch_plus_cpu_arches" in bad, bad
     assert "tools/vllm_release_probe.py 0.34.0 --as-inventory" in bad
+    bad_env = failure_of(output, "bad-env-name")
+    assert "vllm_release_overrides['0.34.0'].build_isa_env: " in bad_env, bad_env
+    assert "x86_64: 'X\\ntouch /tmp/p\\nY' is not a variable name VLLM_CPU_*" in bad_env, bad_env
     unknown = failure_of(output, "unknown")
     assert "unknown: vllm_version: vLLM version '0.35.0' is not supported" in unknown, unknown
     assert "supported versions: 0.13.0" in unknown and "0.34.0" in unknown

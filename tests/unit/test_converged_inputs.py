@@ -38,6 +38,7 @@ COVERED = {
     "vllm_service_serving_from": "set by the rollout from the service role in the same run",
     "vllm_service_snapshot": "set by the rollout in the same run",
     "loadbalancer_backend_views": "read from the load balancers in the same run",
+    "loadbalancer_endpoint_moves": "read from the load balancers in the same run",
     # Ansible's own.
     **dict.fromkeys(
         [

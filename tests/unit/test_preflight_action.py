@@ -212,3 +212,12 @@ def test_the_monitoring_hosts_are_peers_of_every_vllm_host_and_load_balancer():
     assert peers("lb1", ["loadbalancer"], v, groups) == ["m1", "v1"]
     assert peers("m1", ["monitoring"], v, groups) == []
     assert peers("v1", ["plan", "service"], v, dict(groups, monitoring=[])) == ["lb1"]
+
+
+def test_a_host_path_is_checked_for_the_files_it_reaches():
+    _, _, _, problems = _typed({"vllm_fleet_converged_record": "/var/lib/vllm fleet/converged.json"})
+    assert problems == [
+        "h1: vllm_fleet_converged_record: is '/var/lib/vllm fleet/converged.json', has 'vllm fleet', with characters"
+        " the unit files, scripts and haproxy.cfg the roles write it into read otherwise (blanks, quotes, backslashes,"
+        " $ % # and control characters among them); fix: letters, digits and . _ + @ - in each component."
+    ]

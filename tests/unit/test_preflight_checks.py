@@ -302,7 +302,7 @@ def test_every_service_problem_is_named_in_one_call():
         "vllm_service_extra_args has --swap-space=4",
         "port 18001 is held by nginx",
         "vllm_service_api_key: is empty",
-        "vllm_service_paths_without_key: ['health']",
+        "vllm_service_paths_without_key[0]: is 'health', not an absolute request path",
         "'myhost' resolves to 127.0.1.1",
         "the load balancers (lb) can reach",
         "nftables needs CAP_NET_ADMIN",
@@ -433,8 +433,10 @@ def test_extra_args_of_their_own_pass():
         ({"VLLM_SERVICE_OPEN_PATHS": "/v1/completions"}, "VLLM_SERVICE_OPEN_PATHS: vllm_service_paths_without_key"),
         ({"VLLM_API_KEY": ""}, "VLLM_API_KEY: vllm_service_api_key"),
         ({"PYTHONPATH": "/tmp"}, "PYTHONPATH: vllm_service"),
-        ({"A B": "1"}, "'A B' is not a variable name"),
-        ({"X": "1\n2"}, "'X' is not a variable name (letters, digits, _; not a digit first) or its value"),
+        ({"A B": "1"}, "vllm_service_extra_env: is 'A B', not a variable name"),
+        ({"X\nrm -rf /": "1"}, "vllm_service_extra_env: is 'X\\nrm -rf /', not a variable name"),
+        ({"X": "1\n2"}, "vllm_service_extra_env['X']: is '1\\n2', has a line break, a control character or a"),
+        ({"X": "caf\u00e9"}, "vllm_service_extra_env['X']: is 'caf\u00e9', has a line break, a control character or a"),
     ],
 )
 def test_extra_env_may_not_replace_the_plan_or_the_key(extra_env, expected):
@@ -442,18 +444,25 @@ def test_extra_env_may_not_replace_the_plan_or_the_key(extra_env, expected):
         "h", service_vars(vllm_service_extra_env=extra_env), FACTS, PLAN, service_probe(), [], lambda p: True
     )
     assert len(problems) == 1
-    assert problems[0].startswith("h: vllm_service_extra_env: ")
+    assert problems[0].startswith("h: vllm_service_extra_env")
     assert expected in problems[0]
 
 
-@pytest.mark.parametrize("name", ["vllm_service_api_key", "vllm_service_api_key_previous"])
-@pytest.mark.parametrize("key", ["   ", " k", "k ", "a b", "k\t"])
+@pytest.mark.parametrize("name", ["vllm_service_api_key", "vllm_service_api_key_previous", "vllm_service_hf_token"])
+@pytest.mark.parametrize("key", ["   ", " k", "k ", "a b", "k\t", 'k"ey', "k\\ey", "k\ney", "cl\u00e9", "k\x7f"])
 def test_keys_no_client_can_send_are_refused(name, key):
     problems = checks.service("h", service_vars(**{name: key}), FACTS, PLAN, service_probe(), [], lambda p: True)
     assert problems == [
-        f"h: {name}: has blanks or control characters, which no client can send as a bearer token; fix: use a key"
-        " of visible characters (e.g. `openssl rand -hex 32`), in Ansible Vault."
+        f"h: {name}: is a secret (not shown), not a bearer token (RFC 6750: letters, digits, - . _ ~ + / and = at"
+        " the end); blanks, quotes, backslashes or characters beyond ASCII are not sent or stored byte for byte; fix:"
+        " use a key such as `openssl rand -hex 32`, in Ansible Vault."
     ]
+
+
+@pytest.mark.parametrize("key", ["0123abcdef" * 4, "ab+/cd==", "hf_AbC123", "a.b-c_d~e"])
+def test_bearer_tokens_pass(key):
+    v = service_vars(vllm_service_api_key=key, vllm_service_api_key_previous=key, vllm_service_hf_token=key)
+    assert checks.service("h", v, FACTS, PLAN, service_probe(), [], lambda p: True) == []
 
 
 def validated(written):
@@ -628,8 +637,13 @@ def test_host_paths_are_absolute(value, refused):
     ("v", "expected"),
     [
         ({"vllm_service_user": "vllm", "vllm_service_group": "vllm"}, []),
-        ({"vllm_service_user": ""}, ["h: vllm_service_user: '' is no user or group name; fix:"]),
-        ({"vllm_service_group": "-x"}, ["h: vllm_service_group: '-x' is no user or group name"]),
+        ({"vllm_service_user": ""}, ["h: vllm_service_user: is '', no portable user name; fix:"]),
+        ({"vllm_service_group": "-x"}, ["h: vllm_service_group: is '-x', no portable group name"]),
+        ({"vllm_service_user": "a\nb"}, ["h: vllm_service_user: is 'a\\nb', no portable user name"]),
+        ({"vllm_service_user": "root"}, ["h: vllm_service_user: is 'root', a system user of the distribution"]),
+        ({"vllm_service_user": "daemon"}, ["h: vllm_service_user: is 'daemon', a system user"]),
+        ({"vllm_service_user": "systemd-network"}, ["h: vllm_service_user: is 'systemd-network', a system user"]),
+        ({"vllm_service_group": "adm"}, ["h: vllm_service_group: is 'adm', a system group of the distribution, whose"]),
         # The default group may be absent (a fleet without load balancers); another name must exist.
         ({"vllm_service_loadbalancer_group": "loadbalancers"}, []),
         ({"vllm_service_loadbalancer_group": "lbs"}, []),
@@ -685,11 +699,33 @@ def test_the_load_balancer_defaults_pass():
         ({"loadbalancer_tls_ciphers": "HIGH !aNULL"}, ["lb: loadbalancer_tls_ciphers: 'HIGH !aNULL' is no OpenSSL"]),
         (
             {"loadbalancer_allowed_path_prefixes": ["/v1/", "/"]},
-            ["lb: loadbalancer_allowed_path_prefixes / loadbalancer_allowed_paths must be absolute paths"],
+            ["lb: loadbalancer_allowed_path_prefixes[1]: is '/', a prefix of every route"],
         ),
         (
             {"loadbalancer_allowed_paths": ["health"]},
-            ["lb: loadbalancer_allowed_path_prefixes / loadbalancer_allowed_paths must be absolute paths"],
+            ["lb: loadbalancer_allowed_paths[0]: is 'health', not an absolute"],
+        ),
+        # A # starts an HAProxy comment: `path_beg /v1/#x` would be `path_beg /v1/` (and `/#` every route).
+        (
+            {"loadbalancer_allowed_path_prefixes": ["/#x"]},
+            ["lb: loadbalancer_allowed_path_prefixes[0]: is '/#x', and HAProxy's configuration reads '#' in it as the"
+             " start of a comment"],
+        ),
+        (
+            {"loadbalancer_allowed_paths": ["/a'b", '/a"b', "/a\\b", "/v1/../invocations", "/caf\u00e9", "/ok%2Fok"]},
+            [
+                "lb: loadbalancer_allowed_paths[0]: is \"/a'b\", and HAProxy's configuration reads \"'\" in it as a",
+                "lb: loadbalancer_allowed_paths[1]: is '/a\"b', and HAProxy's configuration reads '\"' in it as a",
+                "lb: loadbalancer_allowed_paths[2]: is '/a\\\\b', and HAProxy's configuration reads '\\\\' in it",
+                "lb: loadbalancer_allowed_paths[3]: is '/v1/../invocations', has a dot segment",
+                "lb: loadbalancer_allowed_paths[4]: is '/caf\u00e9', has characters a request path does not carry",
+            ],
+        ),
+        ({"loadbalancer_health_path": "/health#x"}, ["lb: loadbalancer_health_path: is '/health#x', and HAProxy's"]),
+        ({"loadbalancer_log_target": "stdout format raw local0 #"}, ["lb: loadbalancer_log_target: is 'stdout format"]),
+        (
+            {"loadbalancer_admin_socket": "/run/haproxy/admin sock"},
+            ["lb: loadbalancer_admin_socket: is '/run/haproxy/admin sock', and HAProxy's configuration reads ' '"],
         ),
         (
             {"loadbalancer_admin_socket": "/var/run/admin.sock"},
@@ -1069,3 +1105,55 @@ def test_monitoring_sources_are_addresses_or_networks_on_every_watched_host():
             "v1: monitoring_sources: 'mon-1; drop' is no address or network; fix: list addresses or CIDR networks,"
             " such as 10.0.5.0/24 or 2001:db8::/64."
         ]
+
+
+@pytest.mark.parametrize(
+    ("v", "expected"),
+    [
+        # What -e gives (a string) where the argument spec could not make a number of it: named, never a TypeError.
+        ({"vllm_build_nice": "eighty"}, "h: vllm_build_nice: is 'eighty', not a whole number; fix: write a whole number"
+         " from -20 to 19."),
+        ({"loadbalancer_retries": "-1"}, "h: loadbalancer_retries: is '-1', outside its range; fix: set it at least 0"
+         "."),
+        ({"vllm_install_min_free_gib": "lots"}, "h: vllm_install_min_free_gib: is 'lots', not a finite number; fix:"
+         " write a finite number at least 0."),
+        ({"vllm_fleet_run_lock_lease": [1]}, "h: vllm_fleet_run_lock_lease: is [1], not a whole number; fix: write a"
+         " whole number at least 1."),
+    ],
+)
+def test_a_string_where_a_number_goes_is_named(v, expected):
+    assert checks.bounds("h", v) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("vllm_service_home", "/", "is '/', a system directory, which the role makes the service user's home"),
+        ("vllm_service_home", "/root", "is '/root', a system directory"),
+        ("vllm_service_config_dir", "/etc", "is '/etc', a system directory, which the role sets to mode 0750"),
+        ("vllm_install_root", "/usr/local", "is '/usr/local', a system directory"),
+        ("rollout_state_dir", "/var", "is '/var', a system directory, which the role gives to root with mode 0700"),
+        ("vllm_build_work_root", "/opt/vllm/../../etc", "not a normalised path"),
+        ("vllm_service_home", "/var/lib/vllm/", "not a normalised path"),
+        ("vllm_service_home", "/var/lib/my vllm", "has 'my vllm', with characters"),
+        ("vllm_service_home", "/var/lib/vllm%h", "has 'vllm%h', with characters"),
+        ("vllm_fleet_converged_record", "/var/lib/vllm-fleet/$x.json", "has '$x.json', with characters"),
+        ("loadbalancer_tls_dir", "/etc/haproxy/tls#x", "has 'tls#x', with characters"),
+    ],
+)
+def test_host_directories_are_normalised_portable_and_no_system_directory(name, value, expected):
+    assert checks.host_directories("h", {name: value}) == [
+        checks.say("h", name, value, checks.owned_directory(value, checks.OWNED_DIRECTORIES[name]))
+        if name in checks.OWNED_DIRECTORIES
+        else checks.say("h", name, value, checks.host_path(value))
+    ]
+    assert expected in checks.host_directories("h", {name: value})[0]
+
+
+def test_every_default_host_directory_passes():
+    defaults = {}
+    for path in (REPO / "roles").glob("*/defaults/main.yml"):
+        defaults.update(yaml.safe_load(path.read_text()) or {})
+    named = {name: defaults[name] for name in (*checks.OWNED_DIRECTORIES, *checks.HOST_PATHS)}
+    assert all(isinstance(value, str) for value in named.values()), named
+    assert checks.host_directories("h", named) == []
