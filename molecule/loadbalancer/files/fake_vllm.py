@@ -4,25 +4,45 @@
 Usage: fake-vllm HOST PORT. Answers GET /health with an empty 200 (as vLLM
 does), GET /v1/models with a model list naming HOST:PORT, and
 GET /v1/slow?seconds=N the same after N seconds: a long completion in flight.
+/v1/hangup?tag=T (any method) counts the request under T and closes the
+connection without answering, as an engine that crashes on a request;
+GET /v1/hangups?tag=T answers {"count": n}, what this instance received.
 Every other path (GET or POST) answers 200 with {"route": path, "served_by"}:
 a route the load balancer should not forward shows up as a 200.
 """
 
+import collections
 import json
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 HOST, PORT = sys.argv[1], int(sys.argv[2])
 SERVED_BY = f"{HOST}:{PORT}"
+HANGUPS = collections.Counter()
+LOCK = threading.Lock()
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
+    def hang_up(self, url):
+        with LOCK:
+            HANGUPS[parse_qs(url.query).get("tag", [""])[0]] += 1
+        self.close_connection = True
+
     def do_GET(self):
         url = urlparse(self.path)
+        if url.path == "/v1/hangup":
+            self.hang_up(url)
+            return
+        if url.path == "/v1/hangups":
+            with LOCK:
+                count = HANGUPS[parse_qs(url.query).get("tag", [""])[0]]
+            self.reply(200, json.dumps({"count": count}).encode() + b"\n", "application/json")
+            return
         if url.path == "/health":
             self.reply(200, b"", "text/plain")
             return
@@ -42,6 +62,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
+        if urlparse(self.path).path == "/v1/hangup":
+            self.hang_up(urlparse(self.path))
+            return
         body = {"route": urlparse(self.path).path, "served_by": SERVED_BY}
         self.reply(200, json.dumps(body).encode() + b"\n", "application/json")
 

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from shlex import quote
 
 import pytest
 import testinfra
@@ -262,9 +263,14 @@ def test_only_modern_tls_is_accepted(host, option, accepted):
 
 
 def test_tls_key_is_protected(host):
+    # Only root reads it: HAProxy's master (root, no CAP_DAC_OVERRIDE under the hardening) loads the certificate
+    # and key before its workers drop to user haproxy, and again on every reload.
     key = host.file("/etc/haproxy/tls/server.pem.key")
-    assert key.user == "root" and key.group == "haproxy" and key.mode == 0o640
+    assert key.user == "root" and key.group == "root" and key.mode == 0o600
     assert "PRIVATE KEY" not in host.run("journalctl --no-pager -u haproxy").stdout
+    processes = [line.split() for line in host.check_output("ps -o user=,ppid= -C haproxy").splitlines()]
+    assert [user for user, ppid in processes if ppid == "1"] == ["root"], processes  # the master
+    assert {user for user, ppid in processes if ppid != "1"} == {"haproxy"}, processes  # its workers
 
 
 @pytest.mark.parametrize(
@@ -376,3 +382,235 @@ def test_preflight_stops_an_inventory_that_holds_part_of_the_fleet():
         "of backend 'vllm' (lb-backend-2-vllm-0, lb-backend-2-vllm-1)"
     ) in output, output
     assert meant.returncode == 0, meant.stdout + meant.stderr
+
+
+# ---- HAProxy's limits and retries (issue 32 items 6 and 7) ----
+
+LB_ADDRESS = "10.88.250.41"
+MAXCONN = 5000  # loadbalancer_maxconn in molecule.yml
+
+
+def haproxy_info(host):
+    out = host.check_output(f"echo 'show info' | socat stdio unix-connect:{SOCKET}")
+    return dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+
+
+def test_maxconn_and_open_files_are_sized(host):
+    config = host.file("/etc/haproxy/haproxy.cfg").content_string
+    assert f"maxconn {MAXCONN + 64}" in config and f"maxconn {MAXCONN}" in config
+    info = haproxy_info(host)
+    assert int(info["Maxconn"]) == MAXCONN + 64, info
+    master = host.check_output("systemctl show -p MainPID --value haproxy")
+    limits = host.check_output(f"grep 'Max open files' /proc/{master}/limits").split()
+    assert int(limits[3]) >= 2 * (MAXCONN + 64), limits
+    # systemd set it before the sandbox's filter, which still blocks setrlimit (~@resources).
+    assert host.check_output("systemctl show -p LimitNOFILE --value haproxy") == limits[3]
+
+
+def test_2000_idle_connections_leave_room_for_clients(lb):
+    # Before: 1024 files (the sandbox blocked raising them, no LimitNOFILE), about 490 connections; the 500th
+    # client waited in the kernel's backlog. From the controller: idle TCP, no TLS handshake, no request.
+    import resource
+    import socket
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    idle = []
+    try:
+        for _ in range(2000):
+            idle.append(socket.create_connection((LB_ADDRESS, 8080), timeout=5))
+        # HAProxy holds them (not only the kernel's backlog)...
+        assert wait_for(lambda: int(haproxy_info(lb)["CurrConns"]) >= 2000, timeout=20), haproxy_info(lb)
+        # ...and a new client still gets its answer at once.
+        started = time.monotonic()
+        assert status_of(lb, "/v1/models") == 200
+        assert time.monotonic() - started < 5
+    finally:
+        for conn in idle:
+            conn.close()
+
+
+def hangups(tag):
+    """How many times the four stand-in instances received /v1/hangup?tag=<tag> (asked directly)."""
+    total = 0
+    for name, ports in BACKENDS.items():
+        address = backend(name).interface("eth0").addresses[0]
+        for port in ports:
+            with urllib.request.urlopen(f"http://{address}:{port}/v1/hangups?tag={tag}", timeout=10) as response:
+                total += json.loads(response.read())["count"]
+    return total
+
+
+def test_a_completion_is_never_sent_twice(lb):
+    # Every instance closes the connection without answering, as an engine that crashes on a request would.
+    # Before: retry-on empty-response replayed the POST on three more instances (4 in all).
+    tag = f"post-{time.monotonic_ns()}"
+    out = lb.check_output(
+        f"{CURL} -s -o /dev/null -w '%{{http_code}}' -X POST -H 'Content-Type: application/json' "
+        f"-d '{{\"prompt\": \"Hello\"}}' --max-time 30 '{LB_URL}/v1/hangup?tag={tag}'"
+    )
+    assert out == "502"
+    assert hangups(tag) == 1
+    # A GET (safe to send again) is still tried on other servers: 1 + loadbalancer_retries (3).
+    tag = f"get-{time.monotonic_ns()}"
+    assert status_of(lb, f"/v1/hangup?tag={tag}") == 502
+    assert hangups(tag) == 4
+
+
+def test_preflight_checks_loadbalancer_maxconn():
+    result = run_playbook(SCENARIO / "preflight.yml", "-e", "loadbalancer_maxconn=0")
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0
+    assert 'lb-haproxy: loadbalancer_maxconn: is "0"' in output, output
+    assert "fix: a whole number from 1 to 500000" in output
+    # More than this container's 16384 files allow: lowered to what fits, with a warning naming the fix.
+    big = run_playbook(SCENARIO / "preflight.yml", "-e", "loadbalancer_maxconn=100000")
+    output = " ".join((big.stdout + big.stderr).split())
+    assert big.returncode == 0, output
+    assert "WARNING lb-haproxy: loadbalancer_maxconn: 100000 connections need 202176 open files" in output, output
+    assert "gets maxconn 7998" in output, output
+
+
+# ---- The servers' states survive reloads, restarts and reboots (issue 31 item 4) ----
+
+STATE_FILE = "/var/lib/haproxy-state/server-state"
+DRAIN, MAINT = 0x08, 0x01
+
+
+def admin_states(host):
+    """{server: (srv_admin_state, srv_op_state, srv_port)} from `show servers state` (read by its header)."""
+    out = host.check_output(f"echo 'show servers state vllm' | socat stdio unix-connect:{SOCKET}")
+    lines = [line for line in out.splitlines() if line.strip()]
+    header = lines[1].lstrip("# ").split()
+    rows = [dict(zip(header, line.split(), strict=True)) for line in lines[2:]]
+    return {r["srv_name"]: (int(r["srv_admin_state"]), int(r["srv_op_state"]), int(r["srv_port"])) for r in rows}
+
+
+def admin(host):
+    return {name: state[0] for name, state in admin_states(host).items()}
+
+
+def haproxy_answers(host):
+    return host.run(f"echo 'show info' | socat stdio unix-connect:{SOCKET}").rc == 0
+
+
+def restart_haproxy(host, verb):
+    host.check_output(f"systemctl {verb} haproxy")
+    assert wait_for(lambda: haproxy_answers(host), timeout=20)
+
+
+EXPECTED = {
+    "lb-backend-1-vllm-0": 0,
+    "lb-backend-1-vllm-1": MAINT,
+    "lb-backend-2-vllm-0": DRAIN,
+    "lb-backend-2-vllm-1": DRAIN,
+}
+
+
+def test_drained_and_maintenance_servers_stay_so_across_reload_restart_and_converge(lb):
+    backend_state("lb-backend-2", "drain")
+    lb.check_output(f"echo 'set server vllm/lb-backend-1-vllm-1 state maint' | socat stdio unix-connect:{SOCKET}")
+    try:
+        assert admin(lb) == EXPECTED
+        for verb in ("reload", "restart"):
+            restart_haproxy(lb, verb)
+            assert admin(lb) == EXPECTED, verb
+            assert set(served_by(lb, requests=12)) == {"lb-backend-1:8000"}, verb
+        state = lb.file(STATE_FILE)
+        assert state.user == "root" and state.mode == 0o600
+        assert state.content_string.startswith("1\n# be_id be_name srv_id srv_name")
+        # The role's own reload (a changed configuration, as site.yml does before a rollout), then back.
+        for extra in (["-e", "loadbalancer_timeout_queue=59s"], []):
+            result = run_playbook(SCENARIO / "converge.yml", *extra)
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert admin(lb) == EXPECTED, extra
+        assert "timeout queue 1m" in lb.file("/etc/haproxy/haproxy.cfg").content_string
+        # What a person set ready by hand stays ready: the file holds what was live before each restart.
+        lb.check_output(f"echo 'set server vllm/lb-backend-1-vllm-1 state ready' | socat stdio unix-connect:{SOCKET}")
+        restart_haproxy(lb, "restart")
+        assert admin(lb) == dict(EXPECTED, **{"lb-backend-1-vllm-1": 0})
+    finally:
+        backend_state("lb-backend-1", "ready")
+        backend_state("lb-backend-2", "ready")
+    assert all_up(lb), server_stats(lb)
+
+
+def reachable_and_active(host):
+    try:
+        return host.run("systemctl is-active haproxy").stdout.strip() == "active"
+    except Exception:  # the container is still booting (SSH refused)
+        return False
+
+
+def test_a_drained_server_stays_drained_across_a_reboot_of_the_load_balancer(lb):
+    backend_state("lb-backend-2", "drain")
+    since = lb.check_output("date '+%Y-%m-%d %H:%M:%S'")
+    try:
+        # podman stops the container as a shutdown (systemd stops haproxy: ExecStop saves the states).
+        subprocess.run(["podman", "restart", "--time", "60", "lb-haproxy"], check=True, timeout=180)
+        assert wait_for(lambda: reachable_and_active(lb), timeout=120, interval=2)
+        assert wait_for(lambda: haproxy_answers(lb), timeout=30)
+        states = admin(lb)
+        assert states["lb-backend-2-vllm-0"] == DRAIN and states["lb-backend-2-vllm-1"] == DRAIN, states
+        journal = lb.check_output(f"journalctl -u haproxy --no-pager --since '{since}'")
+        assert "saved 4 servers (2 drained, 0 in maintenance)" in journal, journal
+        assert f"{STATE_FILE}: restoring 4 servers (2 drained, 0 in maintenance)" in journal, journal
+    finally:
+        backend_state("lb-backend-2", "ready")
+    assert all_up(lb), server_stats(lb)
+
+
+def test_a_changed_port_is_applied_and_a_new_server_starts_down(lb):
+    # HAProxy 2.6 and 3.0 take a server's port from the state file over the configuration's; the drop-in's helper
+    # fits the file first. A moved server keeps its drain and starts DOWN, as does one the configuration adds.
+    config = "/etc/haproxy/haproxy.cfg"
+    original = lb.file(config).content_string
+    address = re.search(r"server lb-backend-2-vllm-1 ([0-9.]+):8001", original).group(1)
+    moved = original.replace(
+        f"server lb-backend-2-vllm-1 {address}:8001",
+        f"server lb-backend-2-vllm-1 {address}:8002\n    server lb-backend-2-extra {address}:8002",
+    )
+    other = backend("lb-backend-2")
+    backend_state("lb-backend-2", "drain")
+    other.check_output("systemctl start fake-vllm@8002.service")
+    since = lb.check_output("date '+%Y-%m-%d %H:%M:%S'")
+    try:
+        lb.check_output(f"cp {config} /root/haproxy.cfg.orig && printf '%s' {quote(moved)} > {config}")
+        restart_haproxy(lb, "reload")
+        states = admin_states(lb)
+        assert states["lb-backend-2-vllm-1"][0] == DRAIN and states["lb-backend-2-vllm-1"][2] == 8002, states
+        assert "lb-backend-2-extra" in states
+        journal = lb.check_output(f"journalctl -u haproxy --no-pager --since '{since}'")
+        assert "address or port changed, DOWN until checked: vllm/lb-backend-2-vllm-1" in journal, journal
+        assert "new, DOWN until checked: vllm/lb-backend-2-extra" in journal, journal
+        assert "Server vllm/lb-backend-2-extra is DOWN, changed from server-state" in journal, journal
+        assert wait_for(lambda: admin_states(lb)["lb-backend-2-extra"][1] == 2, timeout=20), admin_states(lb)
+    finally:
+        lb.check_output(f"cp /root/haproxy.cfg.orig {config}")
+        restart_haproxy(lb, "reload")
+        backend_state("lb-backend-2", "ready")
+        other.check_output("systemctl stop fake-vllm@8002.service")
+    assert admin_states(lb)["lb-backend-2-vllm-1"][2] == 8001
+    assert all_up(lb), server_stats(lb)
+
+
+def test_a_failed_dump_refuses_a_reload_but_never_blocks_a_stop(lb):
+    backend_state("lb-backend-2", "drain")
+    try:
+        # An admin socket that does not answer (a plain file where HAProxy's socket was).
+        lb.check_output(f"mv {SOCKET} {SOCKET}.hidden && touch {SOCKET}")
+        refused = lb.run("systemctl reload haproxy")
+        assert refused.rc != 0
+        assert lb.service("haproxy").is_running and status_of(lb, "/v1/models") == 200
+        assert "the reload is refused" in lb.check_output("journalctl -u haproxy --no-pager -n 300")
+        restart_haproxy(lb, "restart")
+        # The older file is put aside, not restored: the servers start as the configuration says.
+        assert lb.file(f"{STATE_FILE}.stale").exists
+        assert set(admin(lb).values()) == {0}, admin(lb)
+    finally:
+        lb.run(f"rm -f {SOCKET}.hidden")
+        backend_state("lb-backend-2", "ready")
+    assert all_up(lb), server_stats(lb)
+    restart_haproxy(lb, "reload")  # a good dump clears the put-aside file
+    assert not lb.file(f"{STATE_FILE}.stale").exists
