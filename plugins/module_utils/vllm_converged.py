@@ -13,8 +13,8 @@ this run's digest. The roles then skip a host only when both hold:
   receives (the model), and the own digests of its peers (a vLLM host's load balancers and, for built
   wheels, builders; a load balancer's backends), so that a change anywhere a host's files depend on
   reaches it;
-- every witness still holds (a hand-edited, removed, replaced, re-moded or re-owned file, a stopped unit: the
-  full run).
+- every witness still holds (a hand-edited, removed, replaced, re-moded or re-owned file, a stopped unit, an
+  nftables table flushed or edited while its oneshot unit still says active: the full run).
 
 Anything else, and ``vllm_fleet_full_converge``, takes the full run, which removes the record before it
 changes anything and writes it again only after the host passed every gate. Host-side functions use the
@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 
@@ -192,9 +193,37 @@ def _account(kind, name):
         return None
 
 
+def _without_state(value):
+    """nft's JSON without what changes while the rules stay the same: handles, counters' values, the version."""
+    if isinstance(value, list):
+        return [_without_state(item) for item in value if not (isinstance(item, dict) and "metainfo" in item)]
+    if isinstance(value, dict):
+        return {
+            key: None if key == "counter" else _without_state(item) for key, item in value.items() if key != "handle"
+        }
+    return value
+
+
+def nft_table(table):
+    """The digest of the live nftables table `<family> <name>` (`nft -j list table`, normalised by _without_state), or
+    None when there is none (flushed, deleted, or no nft)."""
+    try:
+        # /usr/sbin may be missing from a module's PATH (a become without secure_path): no table would be seen.
+        nft = shutil.which("nft") or "/usr/sbin/nft"
+        done = subprocess.run(
+            [nft, "-j", "list", "table", *table.split()], capture_output=True, text=True, timeout=30, check=False
+        )
+        ruleset = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    if not isinstance(ruleset, dict):
+        return None
+    return digest(_without_state(ruleset.get("nftables", [])))
+
+
 def witness(spec):
     """The witnesses of spec {files: [paths], trees: [dirs], links: [paths], units: [names], users: [names],
-    groups: [names]} as they are now."""
+    groups: [names], nft_tables: ['<family> <name>']} as they are now."""
     files, directories = _paths_under(spec.get("files", []))
     found = {
         "files": {path: file_sha256(path) for path in files},
@@ -207,6 +236,9 @@ def witness(spec):
     if accounts:
         # The units run as these: files keep a deleted user's number, so the modes alone would not see it go.
         found["accounts"] = {f"{kind} {name}": _account(kind, name) for kind, name in accounts}
+    if spec.get("nft_tables"):
+        # A oneshot unit stays active after its table is flushed: the table's own content is the witness.
+        found["nft_tables"] = {table: nft_table(table) for table in spec["nft_tables"]}
     return found
 
 
@@ -254,6 +286,10 @@ def _drift(recorded, now):
         is_now = now.get("accounts", {}).get(account)
         if is_now != was:
             said.append(f"{account} is gone" if is_now is None else f"{account} is {is_now}, was {was}")
+    for table, was in sorted(recorded.get("nft_tables", {}).items()):
+        is_now = now.get("nft_tables", {}).get(table)
+        if is_now is None or is_now != was:  # a table recorded absent is no witness of a firewall either
+            said.append(f"the nftables table {table} is {'gone' if is_now is None else 'not the one recorded'}")
     return said
 
 

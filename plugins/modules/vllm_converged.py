@@ -10,7 +10,8 @@ description:
   - V(present) writes the record - O(inputs) and the witnesses O(witness) names as they are now (the sha256 of
     every file under O(witness.files), the names and sizes under O(witness.trees), the targets of
     O(witness.links), the units O(witness.units) that must stay active and enabled, the users and groups
-    O(witness.users), O(witness.groups) by their numbers). The file is mode 0600,
+    O(witness.users), O(witness.groups) by their numbers, the live nftables tables O(witness.nft_tables) by the
+    digest of their rules). The file is mode 0600,
     replaced atomically, and unchanged (V(changed=false)) when it would hold the same.
   - V(absent) removes it; site.yml and upgrade.yml do so before they change a host, so a run lost half way
     leaves no record.
@@ -61,6 +62,14 @@ options:
         default: []
       groups:
         description: Groups recorded by their gid.
+        type: list
+        elements: str
+        default: []
+      nft_tables:
+        description:
+          - nftables tables, as C(<family> <name>), recorded by the digest of their live rules (C(nft -j list table),
+            without handles and counters' values); a table flushed or edited by hand is drift even while the unit that
+            loaded it is active.
         type: list
         elements: str
         default: []
@@ -115,6 +124,7 @@ def main():
                     "units": {"type": "list", "elements": "str", "default": []},
                     "users": {"type": "list", "elements": "str", "default": []},
                     "groups": {"type": "list", "elements": "str", "default": []},
+                    "nft_tables": {"type": "list", "elements": "str", "default": []},
                 },
             },
         },

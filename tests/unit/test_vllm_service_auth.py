@@ -1,5 +1,6 @@
 """roles/vllm_service/files/vllm_service_auth.py: every route needs the key except the open paths,
-whatever vLLM itself checks; websockets too; no key configured means no check (as vLLM)."""
+whatever vLLM itself checks; websockets too; no key configured refuses every route but the open
+paths (closed, not open), unless serving without a key was chosen explicitly."""
 
 import asyncio
 import importlib.util
@@ -78,8 +79,40 @@ def test_websockets_without_the_key_are_closed_before_the_handshake():
     assert call(KEYS, "/v1/realtime", kind="websocket") == (1008, b"")
 
 
-def test_no_key_configured_checks_nothing_like_vllm():
-    assert call({"VLLM_SERVICE_OPEN_PATHS": "/health"}, "/tokenize") == (200, b"generated")
+NO_KEY = {"VLLM_SERVICE_OPEN_PATHS": "/health /metrics"}
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [NO_KEY, dict(NO_KEY, VLLM_API_KEY=""), dict(NO_KEY, VLLM_SERVICE_ALLOW_UNAUTHENTICATED="0")],
+    ids=["absent", "empty", "not-allowed"],
+)
+@pytest.mark.parametrize("path", ["/invocations", "/tokenize", "/v1/completions", "/", "/health/"])
+def test_no_key_configured_refuses_every_route_but_the_open_paths(environ, path):
+    # secrets.env lost, emptied or unreadable: vLLM then checks nothing, the middleware refuses.
+    for authorization in (None, "", "Bearer ", "Bearer new-key", "Bearer anything"):
+        assert call(environ, path, authorization) == (401, b'{"error": "Unauthorized"}'), (path, authorization)
+    assert call(environ, path, kind="websocket") == (1008, b"")
+    assert call(environ, "/health") == (200, b"generated")
+    assert call(environ, "/metrics") == (200, b"generated")
+
+
+def test_no_key_configured_is_said_in_the_log(caplog):
+    with caplog.at_level("ERROR"):
+        auth.RequireApiKey(inner_app, environ=NO_KEY)
+    assert "no API key" in caplog.text and "/health" in caplog.text
+    caplog.clear()
+    auth.RequireApiKey(inner_app, environ=KEYS)
+    assert not caplog.text
+
+
+def test_serving_without_a_key_needs_the_explicit_choice():
+    # What secrets.env.j2 writes for vllm_service_allow_unauthenticated: true and an empty key.
+    allowed = dict(NO_KEY, VLLM_SERVICE_ALLOW_UNAUTHENTICATED="1")
+    assert call(allowed, "/tokenize") == (200, b"generated")
+    assert call(allowed, "/v1/completions", "Bearer whatever") == (200, b"generated")
+    # A key wins over the choice: the key is required.
+    assert call(dict(KEYS, VLLM_SERVICE_ALLOW_UNAUTHENTICATED="1"), "/tokenize")[0] == 401
 
 
 def test_lifespan_passes_through():

@@ -7,16 +7,22 @@ refuses every HTTP request and websocket without ``Authorization: Bearer <key>``
 except on the exact paths in ``VLLM_SERVICE_OPEN_PATHS`` (separated by
 spaces, e.g. ``/health /metrics``). The keys are ``VLLM_API_KEY`` (the one vLLM reads too) and,
 during a rotation, ``VLLM_SERVICE_PREVIOUS_API_KEY``; both come from the
-instance's secrets file. Pure ASGI, standard library only, so it works with
-every vLLM release's Starlette/FastAPI.
+instance's secrets file. With no key it fails closed: every route but the open
+paths answers 401 (vLLM itself would check nothing then), unless
+``VLLM_SERVICE_ALLOW_UNAUTHENTICATED=1`` says to serve without a key on purpose
+(the role writes it only for ``vllm_service_allow_unauthenticated: true`` and
+an empty key). Pure ASGI, standard library only, so it works with every vLLM
+release's Starlette/FastAPI.
 """
 
 import hmac
 import json
+import logging
 import os
 
 KEY_VARIABLES = ("VLLM_API_KEY", "VLLM_SERVICE_PREVIOUS_API_KEY")
 OPEN_PATHS_VARIABLE = "VLLM_SERVICE_OPEN_PATHS"
+ALLOW_UNAUTHENTICATED_VARIABLE = "VLLM_SERVICE_ALLOW_UNAUTHENTICATED"
 UNAUTHORIZED = json.dumps({"error": "Unauthorized"}).encode()
 
 
@@ -55,11 +61,17 @@ class RequireApiKey:
         self.app = app
         self.keys = configured_keys(environ)
         self.open_paths = configured_open_paths(environ)
+        # Only an explicit choice serves without a key; a key that went missing refuses instead.
+        self.unauthenticated = not self.keys and environ.get(ALLOW_UNAUTHENTICATED_VARIABLE) == "1"
+        if not self.keys and not self.unauthenticated:
+            logging.getLogger(__name__).error(
+                "no API key (%s): every route but %s answers 401", " or ".join(KEY_VARIABLES), sorted(self.open_paths)
+            )
 
     async def __call__(self, scope, receive, send):
         if (
             scope["type"] not in ("http", "websocket")
-            or not self.keys
+            or self.unauthenticated
             or scope.get("path") in self.open_paths
             or is_authorized(bearer_token(scope.get("headers", [])), self.keys)
         ):
