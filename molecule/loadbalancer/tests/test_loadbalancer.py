@@ -543,11 +543,14 @@ def reachable_and_active(host):
 
 
 def test_a_drained_server_stays_drained_across_a_reboot_of_the_load_balancer(lb):
+    # A reload first saves every server ready; the drain then is set at runtime only, so the file on disk does
+    # not hold it: only the stop can save it.
+    lb.check_output("systemctl reload haproxy")
+    assert wait_for(lambda: haproxy_answers(lb), timeout=30)
     backend_state("lb-backend-2", "drain")
-    # The file on disk does not hold the drain yet (set at runtime, no reload since): only the stop can save it.
-    saved = lb.run(f"awk '$4 ~ /^lb-backend-2-/ {{print $7}}' {STATE_FILE}").stdout.split()
-    assert all(int(admin_state) & DRAIN == 0 for admin_state in saved), saved
     try:
+        saved = lb.run(f"awk '$4 ~ /^lb-backend-2-/ {{print $7}}' {STATE_FILE}").stdout.split()
+        assert saved and all(int(admin_state) & DRAIN == 0 for admin_state in saved), saved
         # podman stops the container as a shutdown (systemd stops haproxy: ExecStop saves the states). The
         # container's journal lives in /run and does not survive the restart: the start's line says what was read.
         subprocess.run(["podman", "restart", "--time", "60", "lb-haproxy"], check=True, timeout=180)
