@@ -17,41 +17,32 @@ _SECTION = re.compile(
     r"^(global|defaults|frontend|backend|listen|resolvers|peers|userlist|program|cache|mailers|ring|http-errors)\b"
 )
 _SERVER = re.compile(r"^\s+server\s+(\S+)")
-_SERVER_ENDPOINT = re.compile(r"^\s+server\s+(\S+)\s+(\S+)")
 
 
 class BackendError(ValueError):
     """A bad input, worded `<variable>: <problem>; fix: <fix>`."""
 
 
-def configured_servers(config_text, backend):
-    """Names of the `server` lines of section `backend <backend>` in an HAProxy configuration, in order."""
-    servers, inside = [], False
+def _server_lines(config_text, backend):
+    """The words of each `server` line of section `backend <backend>` in an HAProxy configuration, in order."""
+    inside = False
     for line in (config_text or "").splitlines():
-        section = _SECTION.match(line)
-        if section:
+        if _SECTION.match(line):
             words = line.split()
             inside = words[0] == "backend" and len(words) > 1 and words[1] == backend
             continue
-        server = _SERVER.match(line) if inside else None
-        if server:
-            servers.append(server.group(1))
-    return servers
+        if inside and _SERVER.match(line):
+            yield line.split()
+
+
+def configured_servers(config_text, backend):
+    """Names of the `server` lines of section `backend <backend>` in an HAProxy configuration, in order."""
+    return [words[1] for words in _server_lines(config_text, backend)]
 
 
 def configured_endpoints(config_text, backend):
     """{server: 'address:port'} of the `server` lines of section `backend <backend>`, as written."""
-    endpoints, inside = {}, False
-    for line in (config_text or "").splitlines():
-        section = _SECTION.match(line)
-        if section:
-            words = line.split()
-            inside = words[0] == "backend" and len(words) > 1 and words[1] == backend
-            continue
-        server = _SERVER_ENDPOINT.match(line) if inside else None
-        if server:
-            endpoints[server.group(1)] = server.group(2)
-    return endpoints
+    return {words[1]: words[2] for words in _server_lines(config_text, backend) if len(words) > 2}
 
 
 def endpoint(server):
