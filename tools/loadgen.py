@@ -10,9 +10,14 @@ balancer's certificate), or the system's trust store without it.
 Each worker sends one request after another (a new connection each, like
 independent clients), waiting --pause seconds between two (the default 0
 saturates a small machine; a pause leaves CPU to what is being tested).
-A request counts as answered only with HTTP 200 and a completion in the
-body; anything else (connection refused or reset, 5xx, timeout, malformed
-body) is a failure, recorded with its time and reason.
+A request counts as answered only with HTTP 200 and a completion that ended on
+its own terms: finish_reason "stop" or "length", and every token a long
+(ignore_eos) request asked for. vLLM answers a request its engine aborted (a
+restart without a drain, with shutdown_timeout 0) with HTTP 200, the text so
+far and finish_reason "abort": for a client that is a lost answer. Anything
+else (connection refused or reset, 5xx, timeout, malformed or cut-short body)
+is a failure, recorded with its time and reason, and with --failure-log also
+appended to that file (one JSON line each) as it happens.
 With --long-max-tokens, every --long-every-th request of each worker asks for
 that many tokens (ignore_eos, so it generates them all): a request in flight
 for a second or more, which a restart without a drain cuts. The requests in
@@ -35,14 +40,29 @@ import urllib.error
 import urllib.request
 
 
+def judge(payload, asked):
+    """Why a completion body is not a whole answer to the request `asked`, or None."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        return "no completion in the body"
+    reason = choices[0].get("finish_reason")
+    if reason not in ("stop", "length"):
+        return f"cut short: finish_reason {reason!r}"
+    if asked.get("ignore_eos"):
+        tokens = (payload.get("usage") or {}).get("completion_tokens")
+        if tokens != asked["max_tokens"]:
+            return f"cut short: {tokens} of {asked['max_tokens']} tokens"
+    return None
+
+
 def one_request(url, headers, body, timeout, context=None):
     request = urllib.request.Request(url + "/v1/completions", data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             payload = json.loads(response.read())
-            if response.status == 200 and payload.get("choices"):
-                return None
-            return f"HTTP {response.status} without a completion"
+            if response.status != 200:
+                return f"HTTP {response.status}"
+            return judge(payload, json.loads(body))
     except urllib.error.HTTPError as err:
         return f"HTTP {err.code}: {err.read()[:200]!r}"
     except (OSError, ValueError) as err:
@@ -75,9 +95,11 @@ def worker(args, headers, bodies, state, lock, stop, context=None):
                 state["latencies"].append(took)
             else:
                 state["failed"] += 1
-                state["failures"].append(
-                    {"at": round(started - state["start"], 1), "epoch": round(started, 1), "error": error}
-                )
+                failure = {"at": round(started - state["start"], 1), "epoch": round(started, 1), "error": error}
+                state["failures"].append(failure)
+                if args.failure_log:
+                    with open(args.failure_log, "a") as handle:
+                        handle.write(json.dumps(failure) + "\n")
         stop.wait(args.pause)
 
 
@@ -108,6 +130,7 @@ def main():
     parser.add_argument("--stop-file")
     parser.add_argument("--duration", type=float, default=3600)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--failure-log", help="file each failure is appended to (a JSON line) as it happens")
     args = parser.parse_args()
 
     headers = {"Content-Type": "application/json"}

@@ -1,5 +1,6 @@
 """tools/loadgen.py against a local HTTP server standing for the load balancer: the long requests it mixes in,
-the requests in flight it samples, and a failure it counts (a server that closes without answering)."""
+the requests in flight it samples, and the failures it counts: a server that closes without answering, and
+answers that come back with HTTP 200 but cut short (vLLM's finish_reason "abort", fewer tokens than asked)."""
 
 import json
 import subprocess
@@ -12,6 +13,8 @@ import pytest
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 SEEN = []
+# How the server ends its answers: None for whole ones, else (finish_reason, tokens short of max_tokens).
+CUT = {"how": None}
 
 
 class Completions(BaseHTTPRequestHandler):
@@ -22,7 +25,11 @@ class Completions(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         time.sleep(0.002 * body["max_tokens"])
-        answer = json.dumps({"choices": [{"text": "Paris"}]}).encode()
+        reason, short = CUT["how"] or ("length", 0)
+        answer = json.dumps(
+            {"choices": [{"text": "Paris", "finish_reason": reason}],
+             "usage": {"completion_tokens": body["max_tokens"] - short}}
+        ).encode()  # fmt: skip
         self.send_response(200)
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
@@ -35,6 +42,7 @@ class Completions(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     SEEN.clear()
+    CUT["how"] = None
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Completions)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -80,3 +88,26 @@ def test_an_answer_cut_short_is_a_failure(tmp_path, server):
     result = json.loads(out.read_text())
     assert done.returncode == 0 and result["failed"] == result["sent"] > 0, result
     assert "RemoteDisconnected" in result["failures"][0]["error"] or "Connection" in result["failures"][0]["error"]
+
+
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [(("abort", 0), "cut short: finish_reason 'abort'"), (("length", 5), "cut short: 195 of 200 tokens")],
+)
+def test_an_answer_with_http_200_but_cut_short_is_a_failure(tmp_path, server, how, error):
+    CUT["how"] = how
+    log = tmp_path / "failures.jsonl"
+    result, _ = loadgen(
+        tmp_path, server, "--duration", "1", "--long-max-tokens", "200", "--long-every", "1",
+        "--failure-log", str(log),
+    )  # fmt: skip
+    assert result["failed"] == result["sent"] > 0 and result["answered"] == 0, result
+    assert result["failures"][0]["error"] == error
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(logged) == result["failed"] and logged[0] == result["failures"][0]
+
+
+def test_a_short_answer_may_stop_before_max_tokens(tmp_path, server):
+    CUT["how"] = ("stop", 3)  # a request without ignore_eos may end at its stop token
+    result, _ = loadgen(tmp_path, server, "--duration", "1")
+    assert result["failed"] == 0 and result["answered"] == result["sent"] > 0, result

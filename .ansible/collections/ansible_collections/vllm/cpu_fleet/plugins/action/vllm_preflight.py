@@ -1,0 +1,539 @@
+"""Action plugin vllm.cpu_fleet.vllm_preflight (documented in plugins/modules/vllm_preflight.py)."""
+
+import copy
+import functools
+import re
+from pathlib import Path
+from typing import ClassVar
+
+import yaml
+from ansible.errors import AnsibleUndefinedVariable
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
+from ansible.template import is_trusted_as_template, trust_as_template
+from ansible.utils.display import Display
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_converged
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, plan
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+    InvalidReleaseRowError,
+    release_overrides,
+)
+
+COLLECTION = Path(__file__).resolve().parents[2]
+ROLES = COLLECTION / "roles"
+SECTIONS = ("plan", "toolchain", "build_host", "install", "service", "rollout", "loadbalancer", "monitoring")
+SECTION_ROLES = {
+    "plan": "vllm_plan",
+    "toolchain": "toolchain",
+    "build_host": "vllm_build",
+    "install": "vllm_install",
+    "service": "vllm_service",
+    "rollout": "rollout",
+    "loadbalancer": "loadbalancer",
+    "monitoring": "monitoring",
+}
+# The collection's files that make a host's state, for the converged digest (a change re-converges every host;
+# documentation does not count).
+COLLECTION_PARTS = ("roles", "plugins", "playbooks", "patches")
+# What preflight derives from the inputs alone (never from the host's current state, which the run changes)
+# and the roles act on: part of a host's converged digest.
+DERIVED_INPUTS = (
+    "vllm_install_release",
+    "vllm_install_class",
+    "vllm_install_torch",
+    "vllm_install_wanted",
+    "vllm_install_manifest",
+    "vllm_build_release",
+)
+# The OS facts the roles and inventories read (setup's values), for the converged digest.
+OS_FACTS = (
+    "distribution",
+    "distribution_version",
+    "distribution_major_version",
+    "os_family",
+    "architecture",
+    "all_ipv4_addresses",
+    "all_ipv6_addresses",
+    "default_ipv4",
+    "default_ipv6",
+)
+# What the roles read from the vllm_cpu facts themselves (the compiler verdict); the rest reaches them only
+# through the plan. Not the facts' key: it moves with every reboot and with a NUMA node's MemTotal (a VM's
+# memory hot-plug or balloon), which change nothing a role does unless they change the plan.
+CPU_FACTS = ("arch", "isa")
+display = Display()
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The shared values (vllm_install_source, loadbalancer_port, ...): every section may read them.
+SHARED_ROLE = "vllm_fleet"
+ROLE_NAMES = (SHARED_ROLE, *SECTION_ROLES.values())
+ROLE_FILES = ("defaults/main.yml", "vars/main.yml")
+# A lookup a template calls by name: lookup('ansible.builtin.env', ...), query('...').
+_LOOKUP = re.compile(r"\b(?:lookup|query|q)\(\s*'([A-Za-z0-9_.]+)'")
+# A template that only names a variable ("{{ vllm_plan_tp }}"): half of what the roles' defaults hold.
+_REFERENCE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# A variable with a constant default ("{{ vllm_version | default(none) }}"), and those constants' values.
+_DEFAULTED = re.compile(
+    r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\(\s*(none|false|true|\{\}|\[\]|'')\s*\)\s*\}\}"
+)
+_CONSTANTS = {"none": None, "false": False, "true": True, "{}": {}, "[]": [], "''": ""}
+# Text around references ("{{ vllm_fleet_controller_cache }}/wheelhouse"): split, references at odd indices.
+_PIECES = re.compile(r"(\{\{\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\})")
+_TEMPLATE_MARKS = re.compile(r"\{[{%#]|[}%#]\}")
+# Ansible's type names in its validator's messages ("<class '..._AnsibleTaggedStr'> cannot be converted to a float").
+_TAGGED_TYPE = re.compile(r"<class '(?:[\w.]+\.)?_?(?:AnsibleTagged|AnsibleLazyTemplate)?(\w+)'>")
+# Deeper than any chain of references in the roles: a loop (a: "{{ b }}", b: "{{ a }}") goes to Ansible, which says so.
+_MAX_REFERENCES = 20
+
+
+def _type_name(match):
+    return {"Str": "a string", "List": "a list", "Dict": "a dict"}.get(match[1], match[1])
+
+
+def _trusted(value):
+    """The collection's own role files, trusted as templates as Ansible trusts them when it loads a role."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trusted(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _trusted(item) for key, item in value.items()}
+    return value
+
+
+@functools.cache
+def _role_file(role, name):
+    """A YAML file of the collection's roles, parsed once per process: plain YAML in C (a tenth of Ansible's loader's
+    time). Callers only read it."""
+    path = ROLES / role / name
+    if not path.is_file():
+        return {}
+    with path.open(encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=_YAML_LOADER) or {}
+
+
+@functools.cache
+def _role_defaults():
+    """Every role's defaults as written (names of groups, paths), for comparing an input with its default."""
+    found = {}
+    for role in ROLE_NAMES:
+        found.update(_role_file(role, "defaults/main.yml"))
+    return found
+
+
+@functools.cache
+def _role_vars(role, name):
+    """A role's defaults or vars file, trusted as templates."""
+    return _trusted(_role_file(role, name))
+
+
+def _render(templar, variables, value, depth=0):
+    """templar.template(value), without compiling a template for the three shapes of most trusted role defaults.
+
+    A string that only names a variable takes that variable's rendered value; one that gives a variable a
+    constant default (none, false, true, {}, [], '') takes the variable's value if it is set, else the constant;
+    text around references to variables whose values are strings is those strings joined. Jinja gives the same
+    values; anything else (other types to join, other expressions, a loop of references deeper than the roles
+    have) goes to templar. A compile costs milliseconds and Ansible keeps no compiled template across the
+    workers it forks per host, so this is most of the action's own time.
+    """
+    if isinstance(value, str):
+        if depth < _MAX_REFERENCES and "{{" in value and is_trusted_as_template(value):
+            rendered = _render_simple(templar, variables, value, depth)
+            if rendered is not _NOT_SIMPLE:
+                return rendered
+    elif isinstance(value, dict):
+        return {key: _render(templar, variables, item, depth) for key, item in value.items()}
+    elif isinstance(value, list):
+        return [_render(templar, variables, item, depth) for item in value]
+    return templar.template(value)
+
+
+_NOT_SIMPLE = object()
+
+
+def _render_simple(templar, variables, value, depth):
+    """_render's shortcuts for a trusted template, or _NOT_SIMPLE."""
+    match = _REFERENCE.fullmatch(value)
+    if match:
+        if match[1] in variables:
+            return _render(templar, variables, variables[match[1]], depth + 1)
+        return _NOT_SIMPLE
+    match = _DEFAULTED.fullmatch(value)
+    if match:
+        if match[1] not in variables:
+            return copy.copy(_CONSTANTS[match[2]])
+        try:
+            return _render(templar, variables, variables[match[1]], depth + 1)
+        except AnsibleUndefinedVariable:
+            # A value that renders to undefined takes the default in Jinja: templar says which.
+            return _NOT_SIMPLE
+    pieces = _PIECES.split(value)
+    if any(_TEMPLATE_MARKS.search(text) for text in pieces[::2]):
+        return _NOT_SIMPLE
+    joined = []
+    for index, piece in enumerate(pieces):
+        if index % 2:
+            name = _REFERENCE.fullmatch(piece)[1]
+            if name not in variables:
+                return _NOT_SIMPLE
+            piece = _render(templar, variables, variables[name], depth + 1)
+            if not isinstance(piece, str):
+                return _NOT_SIMPLE
+        joined.append(piece)
+    return "".join(joined)
+
+
+def _options(role):
+    return _role_file(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+
+
+@functools.cache
+def _distribution_compilers():
+    """{file stem: gcc version} of every distribution the toolchain role has a vars file for (Debian-12: "12")."""
+    files = sorted((ROLES / "toolchain" / "vars").glob("*-*.yml"))
+    versions = {path.stem: _role_file("toolchain", f"vars/{path.name}") for path in files}
+    return {stem: found["toolchain_gcc_distribution_version"] for stem, found in versions.items()}
+
+
+@functools.cache
+def _collection_signature():
+    """The collection's files that make a host's state, as the converged digest holds them (the same all run)."""
+    return [vllm_converged.tree_signature(COLLECTION / part, ("__pycache__",), (".md",)) for part in COLLECTION_PARTS]
+
+
+def _load_template_plugins():
+    """Load the Jinja plugins the roles' files call: Ansible loads every builtin filter and test file at a process's
+    first filter or test, and a lookup at its first call, so each worker forked per host would load them again."""
+    filter_loader.get("ansible.builtin.basename")
+    test_loader.get("ansible.builtin.version")
+    texts = yaml.safe_dump([_role_file(role, name) for role in ROLE_NAMES for name in ROLE_FILES])
+    for name in sorted(set(_LOOKUP.findall(texts))):
+        lookup_loader.get(name)
+
+
+# Read now, at import: Ansible imports this plugin in its main process (the strategy loads the class before it
+# queues the task) and forks a worker per host, so every host's run inherits them instead of reading ~20 files,
+# walking the collection's files and loading the template plugins again.
+for _role in ROLE_NAMES:
+    for _name in ROLE_FILES:
+        _role_vars(_role, _name)
+    _options(_role)
+_distribution_compilers()
+_collection_signature()
+_load_template_plugins()
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    ARGUMENT_SPEC: ClassVar[dict] = {
+        "sections": {"type": "list", "elements": "str", "choices": list(SECTIONS)},
+        "gather_subset": {
+            "type": "list",
+            "elements": "str",
+            "choices": ["addresses", "network", "systemd"],
+            "default": [],
+        },
+        "converged": {"type": "bool", "default": False},
+    }
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    @staticmethod
+    def _variables(task_vars, roles):
+        """task_vars over the roles' vars and defaults: in a role's own task they are there already."""
+        merged = {}
+        for role in (SHARED_ROLE, *roles):
+            merged.update(_role_vars(role, "defaults/main.yml"))
+        for role in roles:
+            merged.update(_role_vars(role, "vars/main.yml"))
+        merged.update(task_vars)
+        return merged
+
+    @staticmethod
+    def _typed(host, role, merged, templar):
+        """The role's variables templated and typed by its argument spec: (values, problems).
+
+        Each value rendered goes back into merged (templar's variables): a later template that references it reads
+        the value instead of rendering it again (Ansible renders a variable anew at every reference).
+        """
+        options = _options(role)
+        provided = {}
+        for name in options:
+            if name in merged:
+                merged[name] = provided[name] = _render(templar, merged, merged[name])
+        result = ArgumentSpecValidator(options).validate(provided)
+        problems = [
+            f"{host}: {_TAGGED_TYPE.sub(_type_name, message)}; fix: give it the type"
+            f" roles/{role}/meta/argument_specs.yml names"
+            for message in result.error_messages
+        ]
+        # The planner reads its knobs itself (and checks them); every other role reads its variables as written.
+        if role != "vllm_plan":
+            problems += checks.written_types(host, options, provided, result.validated_parameters)
+        problems += checks.host_paths(host, options, result.validated_parameters)
+        problems += checks.host_directories(host, result.validated_parameters)
+        problems += checks.one_line(host, options, result.validated_parameters)
+        return result.validated_parameters, problems
+
+    def _sections(self, host, task_vars, merged, templar):
+        groups = task_vars.get("groups", {})
+        is_vllm_host = host in groups.get("vllm_hosts", [])
+        # A load balancer is not planned: its inputs are typed here, its checks are its role's tasks.
+        balances = ["loadbalancer"] if host in groups.get("loadbalancers", []) else []
+        # A monitoring host is not planned either; every host the exporters run on (site.yml: vLLM hosts, load
+        # balancers, monitoring hosts, while the monitoring group has hosts) reads the exporters' knobs.
+        watchers = groups.get(_render(templar, merged, merged.get("monitoring_group", "monitoring")), [])
+        watched = watchers and (is_vllm_host or balances or host in watchers)
+        balances += ["monitoring"] if watched else []
+        if balances and not is_vllm_host and host not in groups.get("builders", []):
+            return balances
+        sections = ["plan", "toolchain", *balances]
+        builders = groups.get("builders", [])
+        if _render(templar, merged, merged.get("vllm_install_source", "index")) == "wheel" and (
+            host in builders or not builders
+        ):
+            sections.append("build_host")
+        if is_vllm_host:
+            sections += ["install", "service", "rollout"]
+        return sections
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        host = task_vars.get("inventory_hostname", "host")
+        roles = [SECTION_ROLES[name] for name in SECTIONS]
+        merged = self._variables(task_vars, roles)
+        templar = self._templar.copy_with_new_env(available_variables=merged)
+        _, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
+        sections = args["sections"] or self._sections(host, task_vars, merged, templar)
+
+        problems, warnings, v = [], [], {}
+        for role in dict.fromkeys([SHARED_ROLE] + [SECTION_ROLES[name] for name in sections]):
+            values, found = self._typed(host, role, merged, templar)
+            v.update(values)
+            problems += found
+        # Read by the checks but in no argument spec: the inventory's release rows, and vllm_service's
+        # model argument (derived in its vars/main.yml).
+        for name in ("vllm_release_overrides", "vllm_service_model_arg"):
+            if name in merged:
+                v[name] = _render(templar, merged, merged[name])
+        if "plan" in sections and "vllm_version" in merged:
+            # The fleet's release, which the roles' own versions follow (a load balancer has none).
+            v["vllm_version"] = _render(templar, merged, merged["vllm_version"])
+        if "service" in sections:
+            # What the role writes into each instance's environment besides the plan's (vllm_service_extra_env
+            # may not replace it).
+            runtime_env = _role_file("vllm_service", "vars/main.yml")["vllm_service_runtime_env"]
+            v["vllm_service_runtime_env_names"] = sorted(runtime_env)
+        found, releases_known = checks.versions(host, v)
+        problems += checks.bounds(host, v) + found
+        problems += checks.names(host, v, task_vars.get("groups", {}), _role_defaults())
+        if "loadbalancer" in sections:
+            problems += checks.loadbalancer(host, v)
+        if "monitoring" in sections:
+            groups = task_vars.get("groups", {})
+            problems += checks.monitoring(
+                host,
+                v,
+                monitoring_host=host in groups.get(v["monitoring_group"], []),
+                loadbalancer=host in groups.get("loadbalancers", []),
+            )
+        if problems:
+            # Wrong types make every later check guess: say them first, alone.
+            return self._fail(result, problems)
+
+        facts = dict(task_vars.get("ansible_facts", {}))
+        recorded = None
+        probe = self._probe_spec(sections, v)
+        if args["converged"]:
+            probe["converged"] = {"path": v["vllm_fleet_converged_record"]}
+        new_facts = {}
+        if "plan" in sections or probe or "vllm_cpu" not in facts:
+            # The facts of the plan section, or the cached ones confirmed by their key (a changed host is read again).
+            # An inventory that reads more network facts than the addresses asks for setup's whole subset.
+            subsets = [v.get("vllm_fleet_network_facts", s) if s == "addresses" else s for s in args["gather_subset"]]
+            module = self._read_host(merged, templar, facts, probe, subsets, task_vars)
+            if module.get("failed"):
+                return self._fail(result, [f"{host}: {self._facts_failure(module, merged, templar)}"])
+            probe = module.get("vllm_host_probe", {})
+            recorded = probe.pop("converged", None)
+            new_facts = module["ansible_facts"]
+            facts.update(new_facts)
+            merged["ansible_facts"] = facts
+            templar = self._templar.copy_with_new_env(available_variables=merged)
+
+        host_plan = None
+        if "plan" in sections:
+            options = _render(templar, merged, merged["vllm_plan_options"])
+            overrides = options.pop("release_overrides", None) or {}
+            try:
+                with release_overrides(overrides):
+                    host_plan = plan(facts["vllm_cpu"], options)
+                new_facts["vllm_plan"] = host_plan
+            except PlanError as err:
+                problems += err.problems
+            except InvalidReleaseRowError as err:
+                problems += [f"{host}: {p}" for p in err.problems]
+        elif "vllm_plan" in task_vars:
+            host_plan = templar.template(task_vars["vllm_plan"])
+        elif {"build_host", "service"} & set(sections):
+            return self._fail(
+                result, [f"{host}: no vllm_plan fact; run the vllm_plan role (site.yml's first play) first."]
+            )
+
+        if not releases_known:
+            # The planner named the unknown vllm_version (versions() a role's own): every check below reads the release.
+            return self._fail(result, problems)
+        if "toolchain" in sections:
+            role_templar = self._templar.copy_with_new_env(
+                available_variables=dict(merged, role_path=str(ROLES / "toolchain"))
+            )
+            stem, dist_vars = self._distribution(role_templar)
+            found, said, out = checks.toolchain(host, v, facts, stem, dist_vars, _distribution_compilers())
+            problems += found
+            warnings += said
+            new_facts.update(out)
+        # Without a plan (it failed above, its problems said) the checks that need one wait for the fix.
+        if "build_host" in sections and host_plan:
+            found, out = checks.build_host(host, v, host_plan, probe["build"])
+            problems += found
+            new_facts.update(out)
+        if "install" in sections:
+            found, out = checks.install(
+                host,
+                v,
+                facts,
+                host_plan,
+                probe["install"],
+                v["vllm_install_wheel_pending"],
+                v["vllm_install_toolchain_pending"],
+            )
+            problems += found
+            new_facts.update(out)
+        if "service" in sections and host_plan:
+            loadbalancers = task_vars.get("groups", {}).get(v["vllm_service_loadbalancer_group"], [])
+            problems += checks.service(host, v, facts, host_plan, probe["service"], loadbalancers)
+        if "rollout" in sections:
+            problems += checks.rollout(host, v)
+        if "monitoring" in sections:
+            watchers = task_vars.get("groups", {}).get(v["monitoring_group"], [])
+            problems += checks.monitoring_platform(host, facts, host in watchers)
+        if recorded:
+            problems += checks.converged_record(host, recorded)
+
+        for warning in warnings:
+            display.warning(warning)
+        if problems:
+            return self._fail(result, problems)
+        if args["converged"]:
+            new_facts["vllm_fleet_converged_inputs"] = {
+                "own": self._own_digest(sections, v, facts, host_plan, new_facts),
+                "peers": self._peers(host, sections, v, groups=task_vars.get("groups", {})),
+                "recorded": recorded,
+                "full_converge": v["vllm_fleet_full_converge"],
+                "record": v["vllm_fleet_converged_record"],
+                "installs_wheel": "service" in sections and v["vllm_install_source"] == "wheel",
+            }
+        result.update(changed=False, ansible_facts=new_facts)
+        return result
+
+    @staticmethod
+    def _own_digest(sections, v, facts, host_plan, new_facts):
+        """The digest of everything of this host's own that its roles act on (module_utils/vllm_converged.py)."""
+        model = v.get("vllm_service_model_path") if v.get("vllm_service_model_source") == "path" else None
+        # The monitoring role runs on every run, converged hosts included (site.yml): its knobs and section are no
+        # input of what the record holds (a new retention time must not converge the fleet again).
+        unrecorded = {"vllm_fleet_full_converge", *_options("monitoring")}
+        return vllm_converged.digest(
+            {
+                "collection": _collection_signature(),
+                "sections": [name for name in sections if name != "monitoring"],
+                # Forcing a full run is not an input: the record it keeps or writes is the same.
+                "options": {name: value for name, value in v.items() if name not in unrecorded},
+                "plan": host_plan,
+                "cpu": {name: (facts.get("vllm_cpu") or {}).get(name) for name in CPU_FACTS},
+                "os": {name: facts.get(name) for name in OS_FACTS},
+                "derived": {name: new_facts.get(name) for name in DERIVED_INPUTS},
+                "model_files": vllm_converged.tree_signature(model) if model else None,
+            }
+        )
+
+    @staticmethod
+    def _peers(host, sections, v, groups):
+        """The hosts whose own inputs this host's files depend on: its load balancers (their addresses in the
+        firewall) and builders (the wheel) for a vLLM host, the backends for a load balancer, and the monitoring
+        hosts for both."""
+        peers = []
+        if "service" in sections:
+            peers += groups.get(v["vllm_service_loadbalancer_group"], [])
+            if v["vllm_install_source"] == "wheel":
+                peers += groups.get("builders", [])
+        if "loadbalancer" in sections:
+            peers += groups.get(v["loadbalancer_backend_group"], [])
+        # The instance firewall and HAProxy's exporter admit the monitoring hosts: one joining or leaving
+        # converges them.
+        if {"service", "loadbalancer"} & set(sections):
+            peers += groups.get(v["monitoring_group"], [])
+        return sorted(set(peers) - {host})
+
+    @staticmethod
+    def _probe_spec(sections, v):
+        spec = {}
+        if "install" in sections:
+            spec["install"] = {
+                "python": v["vllm_install_python"],
+                "root": v["vllm_install_root"],
+                "version": v["vllm_install_version"] or "",
+                "host_wheelhouse": v["vllm_install_host_wheelhouse"],
+                "active_link": v["vllm_install_active_link"],
+            }
+        if "build_host" in sections:
+            spec["build"] = {
+                "python": v["vllm_build_python"],
+                "dirs": [v["vllm_build_work_root"], v["vllm_build_ccache_dir"]],
+            }
+        if "service" in sections:
+            spec["service"] = {"user": v["vllm_service_user"], "listen_address": v["vllm_service_listen_address"]}
+        return spec
+
+    @staticmethod
+    def _facts_failure(module, merged, templar):
+        """The facts module's failure, naming the inputs it read by their variables."""
+        message = module.get("msg", "vllm_cpu_facts failed")
+        numa = _render(templar, merged, merged.get("vllm_plan_numa", "strict"))
+        choices = _options("vllm_plan")["vllm_plan_numa"]["choices"]
+        if numa not in choices:
+            return f"vllm_plan_numa: is {numa!r}; fix: set it to one of {', '.join(choices)}."
+        root = _render(templar, merged, merged.get("vllm_plan_facts_root", "/"))
+        if root != "/":
+            return f"vllm_plan_facts_root: {root}: {message}"
+        return message
+
+    def _read_host(self, merged, templar, facts, probe, gather_subset, task_vars):
+        """One run of vllm_cpu_facts: the facts (or the cached ones confirmed by their key) and the probe's answers."""
+        args = {
+            "root": _render(templar, merged, merged.get("vllm_plan_facts_root", "/")),
+            "numa": _render(templar, merged, merged.get("vllm_plan_numa", "strict")),
+            "gather_subset": gather_subset,
+        }
+        if "vllm_cpu" in facts and "vllm_cpu_key" in facts:
+            args["cache_key"] = facts["vllm_cpu_key"]
+        if probe:
+            args["probe"] = probe
+        return self._execute_module(module_name="vllm.cpu_fleet.vllm_cpu_facts", module_args=args, task_vars=task_vars)
+
+    def _distribution(self, templar):
+        """The toolchain role's vars file for this host (its rule: roles/toolchain/vars/main.yml) and its contents."""
+        path = templar.template(trust_as_template("{{ toolchain_vars_file }}"))
+        if not path:
+            return "", {}
+        return Path(path).stem, _role_file("toolchain", f"vars/{Path(path).name}")
+
+    @staticmethod
+    def _fail(result, problems):
+        # Sections that read the same input say the same problem (an unknown release: the plan, the toolchain,
+        # the build and the install): once.
+        problems = list(dict.fromkeys(problems))
+        result.update(failed=True, changed=False, problems=problems, msg="\n".join(problems))
+        return result

@@ -1,0 +1,73 @@
+"""Thin Jinja2 filters over the load balancer's backend guard and HAProxy's admin socket answers
+(module_utils/vllm_lb_backends.py)."""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import (
+    BackendError,
+    backend_servers,
+    endpoint_changes,
+    held_servers,
+    in_flight,
+    removal_check,
+    server_states,
+)
+
+
+def _named(err, host):
+    return AnsibleFilterError(f"{host}: {err}" if host else str(err))
+
+
+def vllm_lb_removal_check(config_text, backend, planned, max_removed_percent, group="vllm_hosts", host=None):
+    """The servers this run would remove from the configured backend, and the problem if they are too many."""
+    try:
+        result = removal_check(config_text, backend, planned, max_removed_percent, group)
+    except BackendError as err:
+        raise _named(err, host) from err
+    if result["problem"] and host:
+        result["problem"] = f"{host}: {result['problem']}"
+    return result
+
+
+def vllm_lb_server_states(servers_state_text, host=None):
+    """{server: {'admin': 'maint' | 'drain' | 'ready', 'up': bool}} from `show servers state`."""
+    try:
+        return server_states(servers_state_text)
+    except BackendError as err:
+        raise _named(err, host) from err
+
+
+def vllm_lb_in_flight(stat_text, servers, host=None):
+    """{server: requests in flight} from `show stat` CSV, for the servers named."""
+    try:
+        return in_flight(stat_text, servers)
+    except BackendError as err:
+        raise _named(err, host) from err
+
+
+def vllm_lb_servers(hosts, hostvars, address_var):
+    """Every planned server of the backend hosts: [{'name': '<host>-<instance>', 'host', 'address', 'port'}]."""
+    plans = [(host, hostvars[host].get("vllm_plan")) for host in hosts]
+    address_of = {host: hostvars[host].get(address_var, host) for host in hosts}
+    return backend_servers(plans, address_of)
+
+
+def vllm_lb_held_servers(servers, config_text, backend):
+    """The servers with the endpoints the configuration already has kept (each gains 'planned' and 'held')."""
+    return held_servers(servers, config_text, backend)
+
+
+def vllm_lb_endpoint_changes(config_text, backend, servers, wanted=None):
+    """The servers whose configured endpoint is not the planned one (or the one `wanted` names)."""
+    return endpoint_changes(config_text, backend, servers, wanted)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "vllm_lb_removal_check": vllm_lb_removal_check,
+            "vllm_lb_server_states": vllm_lb_server_states,
+            "vllm_lb_in_flight": vllm_lb_in_flight,
+            "vllm_lb_servers": vllm_lb_servers,
+            "vllm_lb_held_servers": vllm_lb_held_servers,
+            "vllm_lb_endpoint_changes": vllm_lb_endpoint_changes,
+        }

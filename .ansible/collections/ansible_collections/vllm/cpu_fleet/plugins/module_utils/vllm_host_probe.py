@@ -1,0 +1,308 @@
+"""What preflight must ask the host itself, read in the facts module's one run (stdlib only, read-only).
+
+``probe(spec)`` answers the sections ``spec`` names; each is optional:
+
+- ``install``: {python, root, version, host_wheelhouse, active_link} -> the Python that makes the
+  virtualenv (version, wheel tag, whether venv and ensurepip import), glibc, free space under the
+  install root and the host wheelhouse (at their nearest existing directory), the install records
+  (``vllm-install.json``) of every ``<root>/<version>-*`` directory, and the active-version link.
+- ``build``: {python, dirs} -> the build Python's version, MemAvailable, the least free space under dirs.
+- ``service``: {user, listen_address} -> every listening TCP socket (port, pid, comm, and whether it
+  belongs to one of our vllm@ instances), the addresses listen_address resolves to, free /dev/shm,
+  the effective capabilities, and whether /sys/fs/cgroup is cgroup v2.
+- ``converged``: {path} -> the converged record there and whether its witnesses still hold
+  (module_utils/vllm_converged.py).
+
+One module run answers all of them: each remote run costs a large fleet's controller more than what it reads.
+"""
+
+import contextlib
+import glob
+import io
+import json
+import os
+import pwd
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import read_record
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_addresses import NLM_F_DUMP, NetlinkError, ask
+
+_LISTEN = "0A"
+# sock_diag (linux/inet_diag.h): a dump of the TCP sockets in the states asked for. Asked for LISTEN alone,
+# the kernel walks only its listening table; /proc/net/tcp walks the whole connection table, empty buckets
+# included (8 ms on a 2-CPU VM with one listener, more with the connections of a busy server).
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY = 4, 20
+TCPF_LISTEN = 1 << 10
+_INET_DIAG_REQ = struct.Struct("=BBBBL48x")
+# inet_diag_msg: family, state, timer, retrans, then the socket id (source port first, network order), then
+# expires, rqueue, wqueue, uid, inode.
+_INET_DIAG_PORT = struct.Struct(">H")
+_INET_DIAG_UID_INODE = struct.Struct("=LL")
+# One interpreter start: the version even when venv/ensurepip are missing (python3-venv comes later from the
+# toolchain role, so preflight judges the two separately), then the import error if there is one.
+_PYTHON_INFO = """import sys
+print('%d.%d cp%d%d' % (sys.version_info[:2] * 2))
+try:
+    import venv, ensurepip
+except Exception as exc:
+    print('%s: %s' % (type(exc).__name__, exc))
+"""
+
+
+def _is_this_interpreter(python):
+    """Whether ``python`` is the interpreter running this code (usually: both are the host's python3)."""
+    found = shutil.which(python)
+    return bool(found) and os.path.realpath(found) == os.path.realpath(sys.executable)
+
+
+def _run_python(python, code):
+    """(stdout, error) of ``python -c code``; error is the last line of what went wrong, else ''.
+
+    In this process when ``python`` is this interpreter: the same answers without starting one more.
+    """
+    if _is_this_interpreter(python):
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(code, {})
+        except Exception as exc:
+            return "", f"{type(exc).__name__}: {exc}"
+        return out.getvalue().strip(), ""
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return "", str(exc)
+    if done.returncode:
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return "", (lines or [f"exit code {done.returncode}"])[-1]
+    return done.stdout.decode("utf-8", "replace").strip(), ""
+
+
+def python_info(python):
+    """Version ("3.11"), wheel tag ("cp311"), and whether it can make a virtualenv (venv and ensurepip)."""
+    out, error = _run_python(python, _PYTHON_INFO)
+    lines = out.splitlines()
+    version, _, tag = (lines[0] if lines else "").partition(" ")
+    if len(lines) > 1:
+        error = lines[-1]
+    ok = bool(version) and not error
+    return {"python_version": version, "python_tag": tag, "python_ok": ok, "python_error": error}
+
+
+def existing_dir(path):
+    """The nearest existing directory of a path that may not exist yet."""
+    path = os.path.abspath(path)
+    while not os.path.isdir(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def mount_point(path):
+    path = existing_dir(path)
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def free_bytes(path):
+    stat = os.statvfs(existing_dir(path))
+    return stat.f_bavail * stat.f_frsize
+
+
+def glibc_version():
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION").split()[1]
+    except (ValueError, OSError, AttributeError, IndexError):
+        return ""
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def link_target(path):
+    try:
+        return os.readlink(path) if os.path.islink(path) else ""
+    except OSError:
+        return ""
+
+
+def install(spec):
+    root, wheelhouse = spec["root"], spec["host_wheelhouse"]
+    records = {}
+    for path in sorted(glob.glob(os.path.join(glob.escape(root), glob.escape(spec["version"]) + "-*"))):
+        marker = os.path.join(path, "vllm-install.json")
+        if os.path.isfile(marker):
+            records[path] = read_json(marker)
+    root_mount, wheelhouse_mount = mount_point(root), mount_point(wheelhouse)
+    result = python_info(spec["python"])
+    result.update(
+        glibc=glibc_version(),
+        root_mount=root_mount,
+        root_free_bytes=free_bytes(root),
+        wheelhouse_mount=wheelhouse_mount,
+        wheelhouse_free_bytes=free_bytes(wheelhouse),
+        same_fs=root_mount == wheelhouse_mount,
+        records=records,
+        active=link_target(spec["active_link"]),
+    )
+    return result
+
+
+def mem_available_kib():
+    with open("/proc/meminfo", encoding="ascii") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    return 0
+
+
+def build(spec):
+    out, error = _run_python(spec["python"], "import sys; print('%d.%d' % sys.version_info[:2])")
+    return {
+        "python": out,
+        "python_error": error,
+        "mem_available_kib": mem_available_kib(),
+        "disk_free_kib": min(free_bytes(d) for d in spec["dirs"]) // 1024,
+    }
+
+
+def _listening_inodes():
+    """{socket inode: (port, uid)} of every listening TCP socket: over sock_diag, or from /proc where a kernel
+    or a sandbox has no sock_diag for TCP."""
+    try:
+        return _listening_inodes_diag()
+    except (OSError, NetlinkError, struct.error):
+        return _listening_inodes_proc()
+
+
+def _listening_inodes_diag():
+    found = {}
+    for family in (socket.AF_INET, socket.AF_INET6):
+        request = _INET_DIAG_REQ.pack(family, socket.IPPROTO_TCP, 0, 0, TCPF_LISTEN)
+        for _, payload in ask(SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, request, NETLINK_SOCK_DIAG):
+            (port,) = _INET_DIAG_PORT.unpack_from(payload, 4)
+            uid, inode = _INET_DIAG_UID_INODE.unpack_from(payload, 64)
+            found[str(inode)] = (port, uid)
+    return found
+
+
+def _listening_inodes_proc():
+    found = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == _LISTEN:
+                found[fields[9]] = (int(fields[1].rsplit(":", 1)[1], 16), int(fields[7]))
+    return found
+
+
+def _socket_owners(inodes):
+    owners = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                owners.setdefault(target[8:-1], pid)
+    return owners
+
+
+def _describe(pid, uid, service_uid):
+    """(comm, "vllm" or "other"): ours when in a vllm@ unit's cgroup or, with /proc closed to us, the service user's."""
+    if pid is not None:
+        try:
+            with (
+                open(f"/proc/{pid}/comm", encoding="utf-8") as comm,
+                open(f"/proc/{pid}/cgroup", encoding="utf-8") as cg,
+            ):
+                return comm.read().strip(), "vllm" if "/vllm@" in cg.read() else "other"
+        except OSError:
+            pass
+    if uid == service_uid:
+        return "a process of the service user", "vllm"
+    return f"a process of uid {uid}", "other"
+
+
+def listeners(service_user):
+    try:
+        service_uid = pwd.getpwnam(service_user).pw_uid
+    except KeyError:
+        service_uid = None
+    inodes = _listening_inodes()
+    owners = _socket_owners(inodes)
+    out = []
+    for inode, (port, uid) in sorted(inodes.items(), key=lambda item: item[1]):
+        pid = owners.get(inode)
+        comm, unit = _describe(pid, uid, service_uid)
+        out.append({"port": port, "pid": int(pid) if pid else None, "comm": comm, "unit": unit})
+    return out
+
+
+def resolve(address):
+    try:
+        infos = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    return list(dict.fromkeys(info[4][0] for info in infos))
+
+
+def shm_free_mib(path="/dev/shm"):
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return 0
+    return -(-stat.f_bavail * stat.f_frsize // (1024 * 1024))
+
+
+def cap_eff():
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("CapEff:"):
+                return line.split()[1]
+    return "0"
+
+
+def service(spec):
+    return {
+        "listeners": listeners(spec["user"]),
+        "listen_ips": resolve(spec["listen_address"]),
+        "shm_free_mib": shm_free_mib(),
+        "cap_eff": cap_eff(),
+        "cgroup2": os.path.exists("/sys/fs/cgroup/cgroup.controllers"),
+    }
+
+
+def converged(spec):
+    return read_record(spec["path"])
+
+
+SECTIONS = {"install": install, "build": build, "service": service, "converged": converged}
+
+
+def probe(spec):
+    """{section: answer} for each section of spec (see the module docstring)."""
+    unknown = sorted(set(spec) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"probe: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(SECTIONS))}")
+    return {name: SECTIONS[name](section) for name, section in spec.items() if section is not None}

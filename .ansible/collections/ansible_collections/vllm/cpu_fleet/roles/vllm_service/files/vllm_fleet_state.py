@@ -1,0 +1,296 @@
+"""What this vLLM host runs right now, read live: for the fleet report (--format json) and for the node
+exporter's textfile collector (--format prom, written atomically by vllm-fleet-state.timer).
+
+- each planned instance (the plan the role wrote, plan.json): its unit's state and automatic restarts, and the
+  vLLM version its process loaded: the virtualenv is read from the process's memory maps (the kernel keeps
+  the resolved paths of the libraries it loaded, so a version link moved since the start does not fool it),
+  its version from the install record vllm_install wrote there;
+- the versions installed beside it, and which one the active link names;
+- whether the instance firewall's table is loaded in the kernel (a oneshot unit can say active without it);
+- the converged record: present or not, and the digest of its inputs (the monitoring host compares it with
+  the digest the last run wanted);
+- which NUMA node each CPU belongs to, to group node_cpu_seconds_total by node.
+
+Standard library only; runs as root (memory maps of the vllm user's processes, nft, the record).
+"""
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+SITE_PACKAGES = re.compile(r"\s(/\S+?)/lib/python3[.\d]*/site-packages/")
+
+
+def run(argv):
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def venv_version(venv):
+    record = read_json(os.path.join(venv, "vllm-install.json")) or {}
+    wanted = record.get("wanted") if isinstance(record.get("wanted"), dict) else {}
+    return record.get("imported_version") or wanted.get("version")
+
+
+def _venv_in_maps(pid):
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                found = SITE_PACKAGES.search(line)
+                if found:
+                    return found[1]
+    except OSError:
+        pass
+    return None
+
+
+def process_venv(pid):
+    """The virtualenv whose libraries process pid loaded, or None. Reading another user's maps takes
+    CAP_SYS_PTRACE, which root lacks in containers: root reads them as the process's own user instead, in a
+    child that drops to that user."""
+    try:
+        owner = os.stat(f"/proc/{pid}")
+    except OSError:
+        return None
+    if os.geteuid() != 0 or owner.st_uid == 0:
+        return _venv_in_maps(pid)
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: drop to the owner, read, say the answer, leave
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(owner.st_gid)
+            os.setuid(owner.st_uid)
+            os.write(write_end, (_venv_in_maps(pid) or "").encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        venv = answer.read().decode()
+    os.waitpid(child, 0)
+    return venv or None
+
+
+def units_state(units):
+    """{unit: {property: value}} from one systemctl call."""
+    props = "Id,ActiveState,SubState,MainPID,NRestarts,ActiveEnterTimestamp"
+    text = run(["systemctl", "show", "--timestamp=unix", "-p", props, *units]) or ""
+    states = {}
+    for block in text.strip().split("\n\n"):
+        values = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if values.get("Id"):
+            states[values["Id"]] = values
+    return states
+
+
+def _int(text, default=0):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return default
+
+
+def instances(config_dir):
+    plan = read_json(os.path.join(config_dir, "plan.json")) or {}
+    names = [i.get("name") for i in plan.get("instances") or [] if isinstance(i, dict) and i.get("name")]
+    units = [f"vllm@{name}.service" for name in names]
+    states = units_state(units) if units else {}
+    found = []
+    for name, unit in zip(names, units, strict=True):
+        state = states.get(unit, {})
+        pid = _int(state.get("MainPID"))
+        venv = process_venv(pid) if pid else None
+        since = (state.get("ActiveEnterTimestamp") or "").lstrip("@")
+        found.append(
+            {
+                "name": name,
+                "unit": unit,
+                "active": state.get("ActiveState", "unknown"),
+                "sub": state.get("SubState", "unknown"),
+                "main_pid": pid or None,
+                "restarts": _int(state.get("NRestarts")),
+                "active_since": _int(since, None) if since else None,
+                "version": venv_version(venv) if venv else None,
+                "venv": venv,
+            }
+        )
+    return found
+
+
+def installed(install_root, active_link):
+    target = os.path.realpath(active_link) if os.path.islink(active_link) else None
+    found = []
+    for record in sorted(glob.glob(os.path.join(install_root, "*", "vllm-install.json"))):
+        venv = os.path.dirname(record)
+        if os.path.islink(venv):
+            continue  # the active link itself
+        found.append({"version": venv_version(venv), "venv": venv, "active": os.path.realpath(venv) == target})
+    return found
+
+
+def converged(record_path):
+    record = read_json(record_path)
+    if not isinstance(record, dict) or not isinstance(record.get("inputs"), dict):
+        return {"present": False, "inputs_digest": None, "time": None}
+    # module_utils/vllm_converged.digest(): the same JSON form, so both sides agree.
+    text = json.dumps(record["inputs"], sort_keys=True, separators=(",", ":"), default=str)
+    return {
+        "present": True,
+        "inputs_digest": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "time": int(os.stat(record_path).st_mtime),
+    }
+
+
+def cpu_nodes():
+    nodes = {}
+    for path in glob.glob("/sys/devices/system/node/node[0-9]*/cpulist"):
+        node = path.split("/")[-2][4:]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read().strip()
+        except OSError:
+            continue
+        for part in filter(None, text.split(",")):
+            first, _, last = part.partition("-")
+            for cpu in range(int(first), int(last or first) + 1):
+                nodes[str(cpu)] = node
+    return nodes
+
+
+def state(args):
+    # The role writes the firewall's unit exactly where it loads the table (vllm_service_firewall: nftables).
+    firewall = {"expected": os.path.exists(args.firewall_unit), "present": False}
+    if firewall["expected"]:
+        firewall["present"] = run(["nft", "list", "table", "inet", args.firewall_table]) is not None
+    return {
+        "host": args.host or os.uname().nodename,
+        "time": int(time.time()),
+        "instances": instances(args.config_dir),
+        "installed": installed(args.install_root, args.active_link),
+        "firewall": firewall,
+        "converged": converged(args.converged_record),
+        "cpu_nodes": cpu_nodes(),
+    }
+
+
+def _cpu_order(item):
+    return int(item[0])
+
+
+def _label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def exposition(found):
+    """The state as Prometheus text exposition (the node exporter's textfile collector)."""
+    lines = []
+
+    def metric(name, kind, text, samples):
+        if not samples:
+            return  # a family without samples: left out, as client libraries do
+        lines.extend([f"# HELP {name} {text}", f"# TYPE {name} {kind}"])
+        for labels, value in samples:
+            inner = ",".join(f'{key}="{_label(val)}"' for key, val in labels.items())
+            lines.append(f"{name}{{{inner}}} {value}" if inner else f"{name} {value}")
+
+    running = [i for i in found["instances"] if i["version"]]
+    metric(
+        "vllm_fleet_instance_info",
+        "gauge",
+        "The vLLM version each running instance loaded.",
+        [({"vllm_instance": i["name"], "version": i["version"], "venv": i["venv"]}, 1) for i in running],
+    )
+    metric(
+        "vllm_fleet_instance_active",
+        "gauge",
+        "1 when the planned instance's unit is active.",
+        [({"vllm_instance": i["name"]}, int(i["active"] == "active")) for i in found["instances"]],
+    )
+    metric(
+        "vllm_fleet_instance_restarts_total",
+        "counter",
+        "Automatic restarts of the instance's unit (systemd NRestarts).",
+        [({"vllm_instance": i["name"]}, i["restarts"]) for i in found["instances"]],
+    )
+    if found["firewall"]["expected"]:
+        metric(
+            "vllm_fleet_firewall_table_present",
+            "gauge",
+            "1 when the instance firewall's table is loaded in the kernel.",
+            [({}, int(found["firewall"]["present"]))],
+        )
+    record = found["converged"]
+    metric(
+        "vllm_fleet_converged_record_present",
+        "gauge",
+        "1 when the host has a converged record.",
+        [({}, int(record["present"]))],
+    )
+    if record["present"]:
+        metric(
+            "vllm_fleet_converged_record_info",
+            "gauge",
+            "The digest of the inputs the record holds.",
+            [({"inputs": record["inputs_digest"]}, 1)],
+        )
+        metric(
+            "vllm_fleet_converged_record_timestamp_seconds",
+            "gauge",
+            "When the record was written.",
+            [({}, record["time"])],
+        )
+    metric(
+        "vllm_fleet_cpu_numa_node",
+        "gauge",
+        "The NUMA node of each CPU (1), to group CPU time by node.",
+        [({"cpu": cpu, "numa_node": node}, 1) for cpu, node in sorted(found["cpu_nodes"].items(), key=_cpu_order)],
+    )
+    metric("vllm_fleet_state_timestamp_seconds", "gauge", "When this state was read.", [({}, found["time"])])
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--format", choices=("json", "prom"), default="json")
+    parser.add_argument("--output", help="write here atomically instead of stdout")
+    parser.add_argument("--host", default="")
+    parser.add_argument("--config-dir", default="/etc/vllm")
+    parser.add_argument("--install-root", default="/opt/vllm")
+    parser.add_argument("--active-link", default="/opt/vllm/current")
+    parser.add_argument("--converged-record", default="/var/lib/vllm-fleet/converged.json")
+    parser.add_argument("--firewall-unit", default="/etc/systemd/system/vllm-firewall.service")
+    parser.add_argument("--firewall-table", default="vllm_fleet", help="the inet table the unit loads")
+    args = parser.parse_args(argv)
+    found = state(args)
+    text = exposition(found) if args.format == "prom" else json.dumps(found, indent=1, sort_keys=True) + "\n"
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    temporary = f"{args.output}.tmp"
+    with open(temporary, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
