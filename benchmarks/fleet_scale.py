@@ -70,7 +70,7 @@ def inventory(n, work):
         "vllm_install_root": str(work / "opt-vllm"),
         "vllm_install_host_wheelhouse": str(work / "host-wheelhouse"),
         "vllm_service_model_path": str(model),
-        "vllm_service_api_key": "fleet-scale-key",
+        "vllm_service_api_key": "fleet-scale-key-7c2e9a4f1b6d3e80",
         # Every host is this controller: no listen address or firewall of its own.
         "vllm_service_listen_address": "0.0.0.0",
         "vllm_service_firewall": "none",

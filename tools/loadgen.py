@@ -8,7 +8,8 @@ An https URL is verified against --ca-file (the CA that signed the load
 balancer's certificate), or the system's trust store without it.
 
 Each worker sends one request after another (a new connection each, like
-independent clients), waiting --pause seconds between two (the default 0
+independent clients), worker i to the i-th --url (round robin: one --url per
+load balancer spreads the clients over all of them), waiting --pause seconds between two (the default 0
 saturates a small machine; a pause leaves CPU to what is being tested).
 A request counts as answered only with HTTP 200 and a completion that ended on
 its own terms: finish_reason "stop" or "length", and every token a long
@@ -77,7 +78,7 @@ def current_headers(args, headers):
         return {**headers, "Authorization": "Bearer " + handle.read().strip()}
 
 
-def worker(args, headers, bodies, state, lock, stop, context=None):
+def worker(args, url, headers, bodies, state, lock, stop, context=None):
     sent = 0
     while not stop.is_set():
         body = bodies[1] if args.long_max_tokens and sent % args.long_every == args.long_every - 1 else bodies[0]
@@ -85,7 +86,7 @@ def worker(args, headers, bodies, state, lock, stop, context=None):
         started = time.time()
         with lock:
             state["in_flight"] += 1
-        error = one_request(args.url, current_headers(args, headers), body, args.timeout, context)
+        error = one_request(url, current_headers(args, headers), body, args.timeout, context)
         took = time.time() - started
         with lock:
             state["in_flight"] -= 1
@@ -95,7 +96,12 @@ def worker(args, headers, bodies, state, lock, stop, context=None):
                 state["latencies"].append(took)
             else:
                 state["failed"] += 1
-                failure = {"at": round(started - state["start"], 1), "epoch": round(started, 1), "error": error}
+                failure = {
+                    "at": round(started - state["start"], 1),
+                    "epoch": round(started, 1),
+                    "url": url,
+                    "error": error,
+                }
                 state["failures"].append(failure)
                 if args.failure_log:
                     with open(args.failure_log, "a") as handle:
@@ -116,7 +122,7 @@ def percentile(values, share):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", required=True)
+    parser.add_argument("--url", required=True, action="append", help="load balancer URL (repeat for several)")
     parser.add_argument("--model", required=True)
     parser.add_argument("--api-key-file", help="file with the API key (off the command line; read for every request)")
     parser.add_argument("--ca-file", help="CA certificate (PEM) that signed the load balancer's certificate")
@@ -140,7 +146,7 @@ def main():
     long = dict(short, max_tokens=args.long_max_tokens, ignore_eos=True)
     bodies = (json.dumps(short).encode(), json.dumps(long).encode())
     context = None
-    if args.url.startswith("https://"):
+    if any(url.startswith("https://") for url in args.url):
         context = ssl.create_default_context(cafile=args.ca_file)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
     elif args.ca_file:
@@ -149,8 +155,12 @@ def main():
     state["start"] = time.time()
     lock, stop, samples = threading.Lock(), threading.Event(), []
     threads = [
-        threading.Thread(target=worker, args=(args, headers, bodies, state, lock, stop, context), daemon=True)
-        for _ in range(args.concurrency)
+        threading.Thread(
+            target=worker,
+            args=(args, args.url[i % len(args.url)], headers, bodies, state, lock, stop, context),
+            daemon=True,
+        )
+        for i in range(args.concurrency)
     ]
     threads.append(threading.Thread(target=sample_in_flight, args=(state, lock, stop, samples), daemon=True))
     for thread in threads:
@@ -161,7 +171,7 @@ def main():
     for thread in threads:
         thread.join(args.timeout + 5)
     result = {
-        "url": args.url,
+        "urls": args.url,
         "started_at": round(state["start"], 1),
         "seconds": round(time.time() - state["start"], 1),
         "concurrency": args.concurrency,

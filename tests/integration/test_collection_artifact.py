@@ -70,8 +70,12 @@ def test_artifact_holds_the_collection_and_no_checkout_files(installed):
     artifact, _, _ = installed
     with tarfile.open(artifact) as tar:
         names = set(tar.getnames())
-    wanted = {"MANIFEST.json", "meta/runtime.yml", "playbooks/site.yml", "plugins/modules/vllm_cpu_facts.py"}
+    wanted = {"MANIFEST.json", "meta/runtime.yml", "playbooks/site.yml", "plugins/modules/vllm_cpu_facts.py", "LICENSE"}
     assert wanted | {"roles/vllm_plan/tasks/main.yml"} <= names
+    # The license galaxy.yml names is the one the artifact carries (Galaxy and most companies need the text).
+    with tarfile.open(artifact) as tar:
+        text = tar.extractfile("LICENSE").read().decode()
+    assert GALAXY["license"] == ["Apache-2.0"] and "Apache License" in text and "Version 2.0" in text
     leaked = sorted(
         name
         for name in names

@@ -71,7 +71,7 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
         "vllm_install_root": str(tmp_path / "opt-vllm"),
         "vllm_install_host_wheelhouse": str(tmp_path / "host-wheelhouse"),
         "vllm_service_model_path": controller_inputs["model"],
-        "vllm_service_api_key": "preflight-test-key",
+        "vllm_service_api_key": "preflight-test-key-5e0d7c41a9b3f826",
         # The hosts are all this controller: no listen address or firewall of their own to check.
         "vllm_service_listen_address": "0.0.0.0",
         "vllm_service_firewall": "none",
@@ -257,6 +257,11 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
             {"vllm_service_api_key": 'quo"te\\s3cret'},
             ["quoted-key: vllm_service_api_key: is a secret (not shown), not a bearer token", "fix: use a key such"],
         ),
+        "weak-key": (
+            {"vllm_service_api_key": "demo-api-key"},
+            ["weak-key: vllm_service_api_key: is a secret (not shown), too weak: it is shorter than 24 characters",
+             "fix: use a random key such as `openssl rand -hex 32`", "vllm_service_allow_weak_api_key: true"],
+        ),
         "env-value": (
             {"vllm_service_extra_env": {"GREETING": "caf\u00e9", "A\nB": "1"}},
             ["env-value: vllm_service_extra_env['GREETING']: is 'caf\u00e9', has a line break, a control character",
@@ -283,6 +288,8 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
         "vllm_service_max_num_seqs": "8",
         "vllm_install_keep_host_wheelhouse": "no",
     }
+    # A weak key on purpose (a demo's), as the -e of a run gives the choice.
+    hosts["good-weak-key"] = {"vllm_service_api_key": "demo-api-key", "vllm_service_allow_weak_api_key": "true"}
     # A load balancer alone: what goes into haproxy.cfg as written is checked before its packages change.
     lb_cases = {
         "lb-words": (
@@ -303,7 +310,7 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
     assert result.returncode != 0
     stats = recap(output)
     assert all(host_stats["changed"] == 0 for host_stats in stats.values()), stats
-    assert "s3cret" not in output
+    assert "s3cret" not in output and "demo-api-key" not in output
     for host, (_, words) in cases.items():
         message = failure_of(output, host)
         assert message, f"{host}: no failure reported\n{output[-3000:]}"

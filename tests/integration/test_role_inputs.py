@@ -102,7 +102,9 @@ def test_vllm_plan_defaults_are_the_planners():
     # Not planner knobs: where the facts are read from, and which setup subsets come with them.
     knobs.pop("facts_root")
     knobs.pop("gather_subset")
-    assert set(knobs) == set(vllm_cpu_planner.DEFAULTS) - {"vllm_version", "host", "variable_prefix"}
+    # The install route's options are the fleet's and the toolchain's variables (vllm_plan/vars/main.yml).
+    fleet = {"vllm_version", "host", "variable_prefix", *vllm_cpu_planner.FLEET_VARIABLES}
+    assert set(knobs) == set(vllm_cpu_planner.DEFAULTS) - fleet
     assert vllm_cpu_planner._options(knobs) == vllm_cpu_planner._options({})
 
 

@@ -163,8 +163,9 @@ def test_each_instance_runs_the_releases_entry_point_with_every_flag(rendered, h
         assert f"(vLLM {version})" in conf.read_text()
         if "vllm_service_max_model_len" in more:
             assert line.endswith("--max-model-len 512")
+        # vLLM never gets a key (it would log --api-key and --config values before 0.29): the middleware checks it.
+        assert not [word for word in ("--api-key", "--config", "fleet-key", "old-key") if word in line], line
         if "vllm_service_api_key_previous" in more:
-            assert "--config /etc/vllm/api-keys.yaml" in line and "old-key" not in line
             assert line.endswith('--chat-template "say \\"hi\\" to $$HOME at 100%%" --x "a b"'), line
 
 
@@ -226,15 +227,16 @@ def test_an_instance_with_a_key_configured_does_not_start_without_it(rendered, h
     script = shlex.split(pre[0].replace("$$", "$").replace("%i", "vllm-0"))[2]
     for environ, code in (
         ({}, 1),
-        ({"VLLM_API_KEY": ""}, 1),
-        ({"VLLM_API_KEY": "k"}, 0),
-        ({"VLLM_API_KEY": 'a "b" $c'}, 0),
+        ({"VLLM_SERVICE_API_KEY": ""}, 1),
+        ({"VLLM_API_KEY": "k"}, 1),
+        ({"VLLM_SERVICE_API_KEY": "k"}, 0),
+        ({"VLLM_SERVICE_API_KEY": 'a "b" $c'}, 0),
     ):
         done = subprocess.run(
             ["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin", **environ}, capture_output=True, text=True
         )
         assert done.returncode == code, (environ, done.stderr)
-        assert ("no VLLM_API_KEY in /etc/vllm/secrets.env" in done.stderr) == bool(code), done.stderr
+        assert ("no VLLM_SERVICE_API_KEY in /etc/vllm/secrets.env" in done.stderr) == bool(code), done.stderr
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
@@ -251,10 +253,19 @@ def test_systemd_accepts_the_key_check(rendered, tmp_path):
 def test_the_secrets_file_says_to_serve_without_a_key_only_when_chosen(rendered, host):
     secrets = _lines(rendered, host, "secrets.env")
     if host in KEYED:
-        assert 'VLLM_API_KEY="fleet-key"' in secrets
+        assert 'VLLM_SERVICE_API_KEY="fleet-key"' in secrets
         assert not [line for line in secrets if "ALLOW_UNAUTHENTICATED" in line]
     else:
         assert secrets == ['VLLM_SERVICE_ALLOW_UNAUTHENTICATED="1"'], secrets
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+def test_the_keys_are_kept_under_names_vllm_does_not_read(rendered, host):
+    # vLLM reads VLLM_API_KEY; 0.13 to 0.28 write it verbatim into their compile cache.
+    secrets = _lines(rendered, host, "secrets.env")
+    assert not [line for line in secrets if line.startswith("VLLM_API_KEY")], secrets
+    if "vllm_service_api_key_previous" in HOSTS[host][2]:
+        assert 'VLLM_SERVICE_PREVIOUS_API_KEY="old-key"' in secrets
 
 
 def _input_chain(rendered, host):

@@ -37,6 +37,10 @@ COVERED = {
     # Plays set these for the roles they include.
     "vllm_service_serving_from": "set by the rollout from the service role in the same run",
     "vllm_service_snapshot": "set by the rollout in the same run",
+    "vllm_service_restore_refused": "set by the service role's restore in the same run (the rollout's rollback)",
+    "vllm_service_restore_model_drift": "set by the service role's restore in the same run (the rollout's rollback)",
+    "vllm_service_configured_instances": "set by the service role in the same run (the drop-ins it witnesses)",
+    "vllm_service_retired": "set by the service role in the same run (configured instances the plan lacks)",
     "loadbalancer_backend_views": "read from the load balancers in the same run",
     "loadbalancer_endpoint_moves": "read from the load balancers in the same run",
     # Ansible's own.

@@ -20,7 +20,7 @@ CUT = {"how": None}
 class Completions(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        SEEN.append(body)
+        SEEN.append(dict(body, port=self.server.server_address[1]))
         if body["prompt"] == "close":
             self.close_connection = True
             return
@@ -39,12 +39,17 @@ class Completions(BaseHTTPRequestHandler):
         pass
 
 
+def start_server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Completions)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
 @pytest.fixture
 def server():
     SEEN.clear()
     CUT["how"] = None
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Completions)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    httpd = start_server()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
 
@@ -111,3 +116,15 @@ def test_a_short_answer_may_stop_before_max_tokens(tmp_path, server):
     CUT["how"] = ("stop", 3)  # a request without ignore_eos may end at its stop token
     result, _ = loadgen(tmp_path, server, "--duration", "1")
     assert result["failed"] == 0 and result["answered"] == result["sent"] > 0, result
+
+
+def test_the_workers_spread_over_every_url(tmp_path, server):
+    other = start_server()
+    try:
+        second = f"http://127.0.0.1:{other.server_address[1]}"
+        result, _ = loadgen(tmp_path, server, "--url", second, "--duration", "1", "--concurrency", "3")
+    finally:
+        other.shutdown()
+    assert result["urls"] == [server, second] and result["failed"] == 0, result
+    ports = {body["port"] for body in SEEN}
+    assert ports == {int(server.rsplit(":", 1)[1]), other.server_address[1]}, ports

@@ -48,12 +48,15 @@ def test_explicit_tp_mode_on_six_nodes_is_refused():
     assert len(problems) == 1 and "h1: tp:" in problems[0] and "6" in problems[0]
 
 
-def test_sgl_kernel_only_for_0_13_on_amx():
+def test_sgl_kernel_only_for_0_13_on_amx_with_a_build_that_has_the_ops():
     facts = make_facts([4], isa_class="x86_64-amx")
     facts["isa"].update(avx512_bf16=True, avx512_vnni=True, amx_bf16=True, amx_tile=True)
-    assert plan(facts, V13)["instances"][0]["env"]["VLLM_CPU_SGL_KERNEL"] == "1"
-    assert "VLLM_CPU_SGL_KERNEL" not in plan(facts, V32)["instances"][0]["env"]
-    assert "VLLM_CPU_SGL_KERNEL" not in plan(make_facts([4]), V13)["instances"][0]["env"]
+    built = dict(V13, install_source="wheel")
+    assert plan(facts, built)["instances"][0]["env"]["VLLM_CPU_SGL_KERNEL"] == "1"
+    # The index's vllm-cpu 0.13.0 is an AVX2-only build (tests/unit/test_planner_routes.py has every era).
+    assert "VLLM_CPU_SGL_KERNEL" not in plan(facts, V13)["instances"][0]["env"]
+    assert "VLLM_CPU_SGL_KERNEL" not in plan(facts, dict(V32, install_source="wheel"))["instances"][0]["env"]
+    assert "VLLM_CPU_SGL_KERNEL" not in plan(make_facts([4]), built)["instances"][0]["env"]
 
 
 def test_build_job_cap_and_env():

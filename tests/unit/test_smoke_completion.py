@@ -57,7 +57,7 @@ def run(port, capsys, concurrency=4):
 
 def test_sends_all_requests_at_once_with_the_key(server, capsys, monkeypatch):
     port, state = server
-    monkeypatch.setenv("VLLM_API_KEY", "k3y")
+    monkeypatch.setenv("VLLM_SERVICE_API_KEY", "k3y")
     monkeypatch.setenv("VLLM_SMOKE_PROMPT", "The capital of France is")
     rc, out = run(port, capsys)
     assert rc == 0 and out["ok"] and out["completed"] == 4 and out["text"] == " Paris"
@@ -70,7 +70,7 @@ def test_sends_all_requests_at_once_with_the_key(server, capsys, monkeypatch):
 
 def test_no_key_sends_no_header(server, capsys, monkeypatch):
     port, state = server
-    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    monkeypatch.delenv("VLLM_SERVICE_API_KEY", raising=False)
     rc, _ = run(port, capsys, concurrency=1)
     assert rc == 0 and state["requests"][0][1] is None
 
@@ -106,17 +106,28 @@ def test_the_script_reads_the_key_from_the_units_secrets_file(server, tmp_path):
     port, state = server
     # As secrets.env.j2 writes it: the value JSON-quoted.
     secrets = tmp_path / "secrets.env"
-    secrets.write_text('HF_TOKEN="x"\nVLLM_API_KEY="s3cret \\"quoted\\""\n')
-    env = {**os.environ, "VLLM_SMOKE_SECRETS_FILE": str(secrets), "VLLM_API_KEY": "not-this-one"}
+    secrets.write_text(
+        '# managed\nHF_TOKEN="x"\nVLLM_SERVICE_API_KEY="s3cret \\"quoted\\""\nVLLM_SERVICE_PREVIOUS_API_KEY="p"\n'
+    )
+    env = {**os.environ, "VLLM_SMOKE_SECRETS_FILE": str(secrets), "VLLM_SERVICE_API_KEY": "not-this-one"}
     result = script(port, env, "tiny-llama", "4", "2", "10")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["completed"] == 2
     assert {auth for _, auth, _ in state["requests"]} == {'Bearer s3cret "quoted"'}
 
 
+def test_a_rolled_back_secrets_file_of_an_earlier_version_gives_its_key(tmp_path):
+    # A snapshot taken before the keys were kept from vLLM: the key under the name vLLM reads.
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text('VLLM_API_KEY="earlier"\n')
+    assert smoke.key_from_secrets(str(secrets)) == "earlier"
+    secrets.write_text('VLLM_API_KEY="earlier"\nVLLM_SERVICE_API_KEY="current"\n')
+    assert smoke.key_from_secrets(str(secrets)) == "current"
+
+
 def test_the_script_exits_1_on_an_error_status(server):
     port, state = server
     state["status"] = 500
-    result = script(port, {**os.environ, "VLLM_API_KEY": ""}, "tiny-llama", "4", "1", "10")
+    result = script(port, {**os.environ, "VLLM_SERVICE_API_KEY": ""}, "tiny-llama", "4", "1", "10")
     assert result.returncode == 1
     assert json.loads(result.stdout)["ok"] is False

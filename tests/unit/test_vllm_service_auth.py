@@ -13,7 +13,7 @@ spec = importlib.util.spec_from_file_location("vllm_service_auth", SCRIPT)
 auth = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(auth)
 
-KEYS = {"VLLM_API_KEY": "new-key", "VLLM_SERVICE_OPEN_PATHS": "/health /metrics"}
+KEYS = {"VLLM_SERVICE_API_KEY": "new-key", "VLLM_SERVICE_OPEN_PATHS": "/health /metrics"}
 
 
 async def inner_app(scope, receive, send):
@@ -84,8 +84,14 @@ NO_KEY = {"VLLM_SERVICE_OPEN_PATHS": "/health /metrics"}
 
 @pytest.mark.parametrize(
     "environ",
-    [NO_KEY, dict(NO_KEY, VLLM_API_KEY=""), dict(NO_KEY, VLLM_SERVICE_ALLOW_UNAUTHENTICATED="0")],
-    ids=["absent", "empty", "not-allowed"],
+    [
+        NO_KEY,
+        dict(NO_KEY, VLLM_SERVICE_API_KEY=""),
+        dict(NO_KEY, VLLM_SERVICE_ALLOW_UNAUTHENTICATED="0"),
+        # The name vLLM reads is no key of ours while secrets.env has our own (even empty).
+        dict(NO_KEY, VLLM_SERVICE_API_KEY="", VLLM_API_KEY="new-key"),
+    ],
+    ids=["absent", "empty", "not-allowed", "only-vllms-name"],
 )
 @pytest.mark.parametrize("path", ["/invocations", "/tokenize", "/v1/completions", "/", "/health/"])
 def test_no_key_configured_refuses_every_route_but_the_open_paths(environ, path):
@@ -127,4 +133,19 @@ def test_lifespan_passes_through():
 
 def test_a_malformed_open_path_fails_at_start():
     with pytest.raises(ValueError, match="VLLM_SERVICE_OPEN_PATHS"):
-        auth.RequireApiKey(inner_app, environ={"VLLM_API_KEY": "k", "VLLM_SERVICE_OPEN_PATHS": "health"})
+        auth.RequireApiKey(inner_app, environ={"VLLM_SERVICE_API_KEY": "k", "VLLM_SERVICE_OPEN_PATHS": "health"})
+
+
+def test_the_keys_come_from_names_vllm_does_not_read():
+    # vLLM reads VLLM_API_KEY (and logs --api-key/--config values before 0.29): the role's keys never go there.
+    assert "VLLM_API_KEY" not in auth.KEY_VARIABLES
+    assert call(KEYS, "/v1/completions", "Bearer new-key")[0] == 200
+    assert call(dict(KEYS, VLLM_API_KEY="vllms-own"), "/tokenize", "Bearer vllms-own")[0] == 401
+
+
+def test_a_rolled_back_secrets_file_of_an_earlier_version_still_serves():
+    # A snapshot taken before the rename holds VLLM_API_KEY (and the previous key under its own name).
+    earlier = {"VLLM_API_KEY": "old-name-key", "VLLM_SERVICE_PREVIOUS_API_KEY": "older", "VLLM_SERVICE_OPEN_PATHS": ""}
+    assert call(earlier, "/tokenize", "Bearer old-name-key")[0] == 200
+    assert call(earlier, "/tokenize", "Bearer older")[0] == 200
+    assert call(earlier, "/tokenize", "Bearer other")[0] == 401

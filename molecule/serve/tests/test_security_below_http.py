@@ -16,6 +16,7 @@ testinfra_hosts = ["ansible://vllm_hosts"]
 
 PROJECT = Path(__file__).resolve().parents[3]
 TABLE = "inet vllm_fleet"
+EXPORTERS_TABLE = "inet vllm_fleet_exporters"
 OPEN_PATHS = {"/health", "/metrics"}
 
 
@@ -34,9 +35,9 @@ def main_pids(host, plan):
     }
 
 
-def table(host):
+def table(host, name=TABLE):
     """The live table without counters and handles, or None."""
-    listed = host.run(f"nft -s list table {TABLE}")
+    listed = host.run(f"nft -s list table {name}")
     return listed.stdout if listed.rc == 0 else None
 
 
@@ -61,12 +62,14 @@ def test_a_restart_of_debians_nftables_service_leaves_the_table_and_the_instance
     # the table again after each, without restarting any instance (a PartOf= would restart them).
     ruleset = host.check_output("nft list ruleset")  # the exporters' table too, to put back afterwards
     loaded, pids = table(host), main_pids(host, plan)
-    assert loaded, "no table to begin with"
+    exporters = table(host, EXPORTERS_TABLE)  # the monitoring role's own table, its own drop-in
+    assert loaded and exporters, "no tables to begin with"
     lb = get_host("serve-lb", request)
     try:
         for verb in ("restart", "reload", "stop", "start"):
             host.check_output(f"systemctl {verb} nftables.service")
             assert table(host) == loaded, f"after systemctl {verb} nftables.service"
+            assert table(host, EXPORTERS_TABLE) == exporters, f"the exporters' table after systemctl {verb}"
         url = f"http://{own_address(host)}:{plan['instances'][0]['port']}/health"
         assert (
             lb.run(
@@ -80,7 +83,7 @@ def test_a_restart_of_debians_nftables_service_leaves_the_table_and_the_instance
         host.run("systemctl stop nftables.service")
         restore = host.run("printf '%%s\\n' %s | nft -f -", "flush ruleset\n" + ruleset)
         assert restore.rc == 0, restore.stderr
-    assert table(host) == loaded
+    assert table(host) == loaded and table(host, EXPORTERS_TABLE) == exporters
 
 
 def test_a_flushed_table_is_drift_the_next_run_converges(request):
@@ -148,13 +151,13 @@ def test_the_load_balancer_reaches_only_the_instance_ports(host, plan, request):
 
 
 def test_an_instance_without_the_key_does_not_start(host, plan):
-    """A throwaway instance of the real template unit (its ExecStartPre), serving nothing: without VLLM_API_KEY
+    """A throwaway instance of the real template unit (its ExecStartPre), serving nothing: without VLLM_SERVICE_API_KEY
     it fails before its command runs; with one it starts."""
     name, env = "fx-nokey", f"/etc/vllm/{plan['instances'][0]['name']}.env"
     dropin = f"/etc/systemd/system/vllm@{name}.service.d"
     files = (
         f"mkdir -p {dropin} /run/fx-nokey && printf '# no key\\n' > /run/fx-nokey/secrets.env && "
-        f"printf 'VLLM_API_KEY=\"k\"\\n' > /run/fx-nokey/with-key.env && "
+        f"printf 'VLLM_SERVICE_API_KEY=\"k\"\\n' > /run/fx-nokey/with-key.env && "
         f"printf '[Service]\\nEnvironmentFile=\\nEnvironmentFile={env}\\nEnvironmentFile=/run/fx-nokey/%%s\\n"
         f"Restart=no\\nExecStart=\\nExecStart=/bin/sleep 300\\n' %s > {dropin}/test.conf && systemctl daemon-reload"
     )
@@ -163,7 +166,7 @@ def test_an_instance_without_the_key_does_not_start(host, plan):
         assert host.run(f"systemctl start vllm@{name}").rc != 0
         assert not host.service(f"vllm@{name}").is_running
         journal = host.check_output(f"journalctl --no-pager -u vllm@{name}")
-        assert "no VLLM_API_KEY in /etc/vllm/secrets.env: not serving without the API key" in journal, journal
+        assert "no VLLM_SERVICE_API_KEY in /etc/vllm/secrets.env: not serving without the API key" in journal, journal
         host.check_output(files % "with-key.env")
         host.run(f"systemctl reset-failed vllm@{name}")
         assert host.run(f"systemctl start vllm@{name}").rc == 0
@@ -176,7 +179,8 @@ def test_an_instance_without_the_key_does_not_start(host, plan):
 NO_KEY_SCRIPT = """
 import json, os, sys, warnings
 warnings.simplefilter("ignore")
-for name in ("VLLM_API_KEY", "VLLM_SERVICE_PREVIOUS_API_KEY", "VLLM_SERVICE_ALLOW_UNAUTHENTICATED"):
+for name in ("VLLM_SERVICE_API_KEY", "VLLM_API_KEY", "VLLM_SERVICE_PREVIOUS_API_KEY",
+             "VLLM_SERVICE_ALLOW_UNAUTHENTICATED"):
     os.environ.pop(name, None)
 os.environ["VLLM_SERVICE_OPEN_PATHS"] = "/health /metrics"
 sys.path.insert(0, "/usr/local/lib/vllm-service")

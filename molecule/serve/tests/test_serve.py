@@ -41,7 +41,7 @@ def parse_cpulist(text):
 def api_key(request):
     """The key the fleet serves with now: the inventory's, or the rotated one after the day-2 steps."""
     secrets = get_host("serve-vllm-1", request).file("/etc/vllm/secrets.env").content_string
-    return json.loads(re.search(r"^VLLM_API_KEY=(.*)$", secrets, re.M).group(1))
+    return json.loads(re.search(r"^VLLM_SERVICE_API_KEY=(.*)$", secrets, re.M).group(1))
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,9 @@ ADDRESSES = {
     "serve-vllm-1": "10.88.250.51",
     "serve-vllm-2": "10.88.250.52",
     "serve-mon": "10.88.250.53",
+    "serve-lb2": "10.88.250.54",
 }
+LOADBALANCERS = ("serve-lb", "serve-lb2")
 PROMETHEUS = f"http://{ADDRESSES['serve-mon']}:9090"
 RECEIVED = "/var/tmp/alerts.jsonl"
 SOCKET = "/run/haproxy/admin.sock"
@@ -74,7 +76,7 @@ def received_alerts(host):
 
 def test_every_planned_instance_load_balancer_and_node_exporter_is_an_up_target(host, request):
     wanted = {("node", f"{address}:9100") for address in ADDRESSES.values()}
-    wanted |= {("haproxy", f"{ADDRESSES['serve-lb']}:8405")}
+    wanted |= {("haproxy", f"{ADDRESSES[lb]}:8405") for lb in LOADBALANCERS}
     for name, plan in plans(request).items():
         wanted |= {("vllm", f"{ADDRESSES[name]}:{instance['port']}") for instance in plan["instances"]}
 
@@ -92,7 +94,7 @@ def test_every_planned_instance_load_balancer_and_node_exporter_is_an_up_target(
 def test_a_completion_moves_the_request_counter_in_prometheus(host, request):
     lb = get_host("serve-lb", request)
     key = json.loads(
-        get_host("serve-vllm-1", request).check_output("sed -n 's/^VLLM_API_KEY=//p' /etc/vllm/secrets.env")
+        get_host("serve-vllm-1", request).check_output("sed -n 's/^VLLM_SERVICE_API_KEY=//p' /etc/vllm/secrets.env")
     )
     expr = 'sum(vllm:request_success_total{job="vllm"})'
 
@@ -245,7 +247,7 @@ def test_the_live_report_shows_every_host_and_instance_in_chromium(request, tmp_
 def test_the_report_benchmark_measures_the_fleet_through_the_load_balancer(request, tmp_path):
     """report.yml -e report_benchmark=true: concurrency 1, 4 and 16 through HAProxy, every request answered."""
     key = json.loads(
-        get_host("serve-vllm-1", request).check_output("sed -n 's/^VLLM_API_KEY=//p' /etc/vllm/secrets.env")
+        get_host("serve-vllm-1", request).check_output("sed -n 's/^VLLM_SERVICE_API_KEY=//p' /etc/vllm/secrets.env")
     )
     extra = tmp_path / "key.json"  # the key the fleet serves with now (a day-2 step rotated the inventory's)
     extra.write_text(json.dumps({"vllm_service_api_key": key}))

@@ -5,7 +5,7 @@ Usage: smoke_completion.py PORT MODEL MAX_TOKENS CONCURRENCY TIMEOUT_SECONDS
 The prompt comes from VLLM_SMOKE_PROMPT, the address from VLLM_SMOKE_HOST
 (default 127.0.0.1) and the API key, if any, from the instances' own secrets
 file named by VLLM_SMOKE_SECRETS_FILE (so a rolled-back host is checked with the
-key it serves with), else from VLLM_API_KEY; never from the command line. Concurrent requests make the
+key it serves with), else from VLLM_SERVICE_API_KEY; never from the command line. Concurrent requests make the
 instance run batched steps before a load balancer sends it real traffic, so
 work a fresh instance does on its first batches happens inside the health gate.
 Prints one JSON object {"ok", "completed", "seconds", "text", "errors"} and
@@ -42,23 +42,25 @@ def complete(port, model, max_tokens, timeout, prompt, key):
 
 
 def key_from_secrets(path):
-    """VLLM_API_KEY from an EnvironmentFile written by secrets.env.j2 (value JSON-quoted)."""
+    """The key of an EnvironmentFile written by secrets.env.j2 (value JSON-quoted): VLLM_SERVICE_API_KEY, or
+    VLLM_API_KEY in a file of an earlier version of the role that a rollback put back (as the middleware reads it)."""
+    found = {}
     try:
         with open(path, encoding="utf-8") as handle:
             for line in handle:
                 name, _, value = line.strip().partition("=")
-                if name == "VLLM_API_KEY":
+                if name in ("VLLM_SERVICE_API_KEY", "VLLM_API_KEY"):
                     value = value.strip()
-                    return json.loads(value) if value.startswith('"') else value
+                    found[name] = json.loads(value) if value.startswith('"') else value
     except FileNotFoundError:
         return ""
-    return ""
+    return found.get("VLLM_SERVICE_API_KEY", found.get("VLLM_API_KEY", ""))
 
 
 def main(port, model, max_tokens, concurrency, timeout):
     prompt = os.environ.get("VLLM_SMOKE_PROMPT", "Hello")
     secrets = os.environ.get("VLLM_SMOKE_SECRETS_FILE", "")
-    key = key_from_secrets(secrets) if secrets else os.environ.get("VLLM_API_KEY", "")
+    key = key_from_secrets(secrets) if secrets else os.environ.get("VLLM_SERVICE_API_KEY", "")
     results = [None] * concurrency
 
     def run(index):

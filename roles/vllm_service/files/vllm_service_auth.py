@@ -5,10 +5,15 @@ such as ``/invocations``, ``/tokenize`` and ``/detokenize`` generate or tokenize
 without it. Loaded with ``--middleware vllm_service_auth.RequireApiKey``, this
 refuses every HTTP request and websocket without ``Authorization: Bearer <key>``
 except on the exact paths in ``VLLM_SERVICE_OPEN_PATHS`` (separated by
-spaces, e.g. ``/health /metrics``). The keys are ``VLLM_API_KEY`` (the one vLLM reads too) and,
+spaces, e.g. ``/health /metrics``). The keys are ``VLLM_SERVICE_API_KEY`` and,
 during a rotation, ``VLLM_SERVICE_PREVIOUS_API_KEY``; both come from the
-instance's secrets file. With no key it fails closed: every route but the open
-paths answers 401 (vLLM itself would check nothing then), unless
+instance's secrets file. vLLM knows neither name, so it never logs them
+(releases before 0.29 print ``--api-key`` and ``--config`` values in their
+"non-default args" line) and never writes them into its compile cache (0.13 to
+0.28 record ``VLLM_API_KEY`` verbatim there); this middleware is the only check.
+``VLLM_API_KEY`` is read only when ``VLLM_SERVICE_API_KEY`` is absent: a
+rollback may restore a secrets file written by an earlier version of the role.
+With no key it fails closed: every route but the open paths answers 401, unless
 ``VLLM_SERVICE_ALLOW_UNAUTHENTICATED=1`` says to serve without a key on purpose
 (the role writes it only for ``vllm_service_allow_unauthenticated: true`` and
 an empty key). Pure ASGI, standard library only, so it works with every vLLM
@@ -20,7 +25,9 @@ import json
 import logging
 import os
 
-KEY_VARIABLES = ("VLLM_API_KEY", "VLLM_SERVICE_PREVIOUS_API_KEY")
+KEY_VARIABLES = ("VLLM_SERVICE_API_KEY", "VLLM_SERVICE_PREVIOUS_API_KEY")
+# The name secrets files had before vLLM was kept from seeing the key; only a rollback to one of them sets it.
+EARLIER_KEY_VARIABLE = "VLLM_API_KEY"
 OPEN_PATHS_VARIABLE = "VLLM_SERVICE_OPEN_PATHS"
 ALLOW_UNAUTHENTICATED_VARIABLE = "VLLM_SERVICE_ALLOW_UNAUTHENTICATED"
 UNAUTHORIZED = json.dumps({"error": "Unauthorized"}).encode()
@@ -28,7 +35,8 @@ UNAUTHORIZED = json.dumps({"error": "Unauthorized"}).encode()
 
 def configured_keys(environ):
     """The accepted keys, as bytes; empty when none is configured."""
-    return [environ[name].encode() for name in KEY_VARIABLES if environ.get(name)]
+    names = KEY_VARIABLES if KEY_VARIABLES[0] in environ else (EARLIER_KEY_VARIABLE, *KEY_VARIABLES[1:])
+    return [environ[name].encode() for name in names if environ.get(name)]
 
 
 def configured_open_paths(environ):
