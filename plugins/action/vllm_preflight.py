@@ -487,6 +487,8 @@ class ActionModule(ActionBase):
                 "version": v["vllm_install_version"] or "",
                 "host_wheelhouse": v["vllm_install_host_wheelhouse"],
                 "active_link": v["vllm_install_active_link"],
+                # Where rollout snapshots live (as roles/vllm_install/tasks/prune.yml reads them).
+                "snapshot_dirs": [v.get("rollout_state_dir", "/var/lib/vllm-rollout"), "/var/lib/vllm-rollback"],
             }
         if "build_host" in sections:
             spec["build"] = {

@@ -2,10 +2,11 @@
 
 ``probe(spec)`` answers the sections ``spec`` names; each is optional:
 
-- ``install``: {python, root, version, host_wheelhouse, active_link} -> the Python that makes the
-  virtualenv (version, wheel tag, whether venv and ensurepip import), glibc, free space under the
-  install root and the host wheelhouse (at their nearest existing directory), the install records
-  (``vllm-install.json``) of every ``<root>/<version>-*`` directory, and the active-version link.
+- ``install``: {python, root, version, host_wheelhouse, active_link, snapshot_dirs} -> the Python that
+  makes the virtualenv (version, wheel tag, whether venv and ensurepip import), glibc, free space under
+  the install root and the host wheelhouse (at their nearest existing directory), the install records
+  (``vllm-install.json``) of every ``<root>/<version>-*`` directory, the active-version link, and which
+  of those directories a rollout snapshot or record in snapshot_dirs names.
 - ``build``: {python, dirs} -> the build Python's version, MemAvailable, the least free space under dirs.
 - ``service``: {user, listen_address} -> every listening TCP socket (port, pid, comm, and whether it
   belongs to one of our vllm@ instances), the addresses listen_address resolves to, free /dev/shm,
@@ -30,6 +31,7 @@ import sys
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import read_record
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_addresses import NLM_F_DUMP, NetlinkError, ask
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_prune import snapshot_paths
 
 _LISTEN = "0A"
 # sock_diag (linux/inet_diag.h): a dump of the TCP sockets in the states asked for. Asked for LISTEN alone,
@@ -154,6 +156,13 @@ def install(spec):
         same_fs=root_mount == wheelhouse_mount,
         records=records,
         active=link_target(spec["active_link"]),
+        # This version's directories a rollout snapshot or record names (compared resolved, as prune does): a
+        # rollback may need them as they are, so a reinstall goes beside them.
+        in_snapshots=sorted(
+            path
+            for path in records
+            if os.path.realpath(path) in snapshot_paths(spec.get("snapshot_dirs", []), spec["active_link"])
+        ),
     )
     return result
 

@@ -56,6 +56,7 @@ BOUNDS = {
     "loadbalancer_check_rise": (1, None),
     "loadbalancer_retries": (0, None),
     "loadbalancer_maxconn": (1, 500000),
+    "loadbalancer_auth_failures_per_minute": (0, 1000000),
     "loadbalancer_drain_timeout": (0, None),
     "loadbalancer_ready_timeout": (0, None),
     "vllm_build_nice": (-20, 19),

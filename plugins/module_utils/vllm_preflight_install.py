@@ -169,19 +169,20 @@ def wanted_digest(wanted):
     return hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:8]
 
 
-def install_directory(base, wanted, records, active):
+def install_directory(base, wanted, records, active, in_snapshots=()):
     """Where this install lives and whether it must be made: (venv, needed).
 
     The base directory when its record is this install; a changed record of the version the host serves
     (a rebuilt wheel, another torch, a new wheelhouse) goes into <base>-r<digest> and the rollout switches
-    to it like an upgrade, never replacing the directory the instances run from.
+    to it like an upgrade, never replacing the directory the instances run from, nor one a rollout
+    snapshot or record names (in_snapshots: a lost run's rollback needs it as it was).
     """
     alternate = f"{base}-r{wanted_digest(wanted)}"
     base_fits = records.get(base, {}).get("wanted", {}) == wanted
     alternate_fits = records.get(alternate, {}).get("wanted", {}) == wanted
     if base_fits:
         return base, False
-    if alternate_fits or active == base:
+    if alternate_fits or active == base or base in in_snapshots:
         return alternate, not alternate_fits
     return base, True
 
@@ -264,7 +265,7 @@ def install(host, v, facts, plan, probe, wheel_pending, toolchain_pending):
         "python": probe["python_version"],
         "removed": list(v["vllm_install_remove_packages"]),
     }
-    venv, needed = install_directory(base, wanted, probe["records"], probe["active"])
+    venv, needed = install_directory(base, wanted, probe["records"], probe["active"], probe.get("in_snapshots", []))
     out.update(vllm_install_wanted=wanted, vllm_install_venv=venv, vllm_install_needed=needed)
     if not needed:
         return problems, out

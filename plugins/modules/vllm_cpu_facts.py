@@ -73,7 +73,7 @@ options:
     description:
       - What preflight must also read on the host, answered in this same module run (every remote run costs a
         large fleet's controller more than what it reads) and returned as RV(vllm_host_probe), never as a fact.
-      - A dict of optional sections - C(install) ({python, root, version, host_wheelhouse, active_link}),
+      - A dict of optional sections - C(install) ({python, root, version, host_wheelhouse, active_link, snapshot_dirs}),
         C(build) ({python, dirs}), C(service) ({user, listen_address}), C(converged) ({path}) - the converged
         record and whether its witnesses hold; C(module_utils/vllm_host_probe.py) says what each answers.
       - The action plugin C(vllm.cpu_fleet.vllm_preflight) fills it; read-only, also in check mode.

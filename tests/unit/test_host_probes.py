@@ -132,6 +132,22 @@ def test_install_reads_the_python_the_records_of_this_version_and_the_active_lin
     assert found["root_free_bytes"] > 0 and found["glibc"].count(".") == 1
 
 
+def test_install_names_the_directories_a_rollout_snapshot_or_record_names(tmp_path):
+    root, real = tmp_path / "opt-vllm", tmp_path / "data" / "opt-vllm"
+    for name in ("0.32.0-x86_64", "0.32.0-x86_64-r0123abcd", "0.32.0-x86_64-r4567cdef"):
+        (real / name).mkdir(parents=True)
+        (real / name / "vllm-install.json").write_text("{}")
+    root.symlink_to(real)  # the install root behind a symlink: compared resolved
+    snapshots = tmp_path / "rollout"
+    (snapshots / "r1").mkdir(parents=True)
+    (snapshots / "r1" / "active").write_text(str(root / "0.32.0-x86_64") + "\n")
+    (snapshots / "state.json").write_text(json.dumps({"from": str(real / "0.32.0-x86_64-r0123abcd")}))
+    spec = install_spec(tmp_path)
+    spec["install"]["snapshot_dirs"] = [str(snapshots), str(tmp_path / "none")]
+    found = probe(spec)["install"]
+    assert found["in_snapshots"] == [str(root / "0.32.0-x86_64"), str(root / "0.32.0-x86_64-r0123abcd")]
+
+
 def test_install_on_a_new_host_and_a_python_that_does_not_run(tmp_path):
     found = probe(install_spec(tmp_path, python=str(tmp_path / "no-python")))["install"]
     assert (found["python_version"], found["python_ok"], found["records"], found["active"]) == ("", False, {}, "")

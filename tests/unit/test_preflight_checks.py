@@ -100,6 +100,13 @@ def test_install_directory_never_replaces_what_serves(records, active, expected)
     assert checks.install_directory(BASE, WANTED, records, active) == expected
 
 
+def test_install_directory_never_replaces_what_a_rollout_snapshot_names():
+    # The active link moved on, but a lost run's snapshot still names the base: its rollback needs it as it was.
+    older = {BASE: {"wanted": dict(WANTED, torch="torch==2.12.0+cpu")}}
+    assert checks.install_directory(BASE, WANTED, older, "/opt/vllm/0.31.0-x86_64", [BASE]) == (ALTERNATE, True)
+    assert checks.install_directory(BASE, WANTED, older, "/opt/vllm/0.31.0-x86_64", [ALTERNATE]) == (BASE, True)
+
+
 def test_the_reinstall_suffix_is_the_digest_ansible_to_json_gave():
     # The suffix existing hosts carry was computed by `to_json | hash('sha256')` (json.dumps' default separators).
     assert (

@@ -7,6 +7,7 @@ GET /v1/slow?seconds=N the same after N seconds: a long completion in flight.
 /v1/hangup?tag=T (any method) counts the request under T and closes the
 connection without answering, as an engine that crashes on a request;
 GET /v1/hangups?tag=T answers {"count": n}, what this instance received.
+GET /v1/denied answers 401, as vLLM's key middleware does to a wrong key.
 Every other path (GET or POST) answers 200 with {"route": path, "served_by"}:
 a route the load balancer should not forward shows up as a 200.
 """
@@ -45,6 +46,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if url.path == "/health":
             self.reply(200, b"", "text/plain")
+            return
+        if url.path == "/v1/denied":
+            self.reply(401, b'{"error": "Unauthorized"}\n', "application/json")
             return
         if url.path not in ("/v1/models", "/v1/slow"):
             body = {"route": url.path, "served_by": SERVED_BY}

@@ -306,6 +306,21 @@ def test_post_to_unlisted_routes_is_refused(host):
         assert out == "404", path
 
 
+def test_a_client_that_draws_too_many_401s_gets_429_until_its_rate_falls(host):
+    """loadbalancer_auth_failures_per_minute (30 here, the default): the 31st 401 from one address within a
+    minute turns every request from it into 429, the right key's too; another address is not affected."""
+    guesser, other = "--interface 127.0.0.3", "--interface 127.0.0.4"
+    try:
+        answers = [status_of(host, "/v1/denied", guesser) for _ in range(31)]
+        assert answers == [401] * 31, answers
+        assert status_of(host, "/v1/denied", guesser) == 429
+        assert status_of(host, "/v1/models", guesser) == 429
+        assert status_of(host, "/v1/models", other) == 200
+    finally:
+        host.run(f"echo 'clear table vllm_api' | socat stdio unix-connect:{SOCKET}")
+    assert status_of(host, "/v1/models", guesser) == 200
+
+
 def test_metrics_only_from_monitoring_addresses(host):
     assert status_of(host, "/metrics") == 403
     assert status_of(host, "/metrics", "--interface 127.0.0.2") == 200
