@@ -11,7 +11,8 @@ first when it is absent) and, one at a time on that container, with the same ven
 - defaults: the planned unit vllm@<instance> is stopped and `systemd-run` starts
   `python -m vllm.entrypoints.openai.api_server` as the service user with only the model, the
   served model name and the port; the API key comes from /etc/vllm/secrets.env as for the
-  planned unit, and HF_HUB_OFFLINE/VLLM_NO_USAGE_STATS/DO_NOT_TRACK keep it off the network.
+  planned unit (handed to vLLM's own check as VLLM_API_KEY, since no key middleware runs), and
+  HF_HUB_OFFLINE/VLLM_NO_USAGE_STATS/DO_NOT_TRACK keep it off the network.
   No VLLM_CPU_* environment, no LD_PRELOAD, no CPU affinity, no hardening, no --dtype,
   --block-size, --max-model-len, --host. One deviation, on by default: `--kv-cache-memory-bytes`
   = the plan's KV cache, because vLLM 0.32's own default claims 0.92 x the node's memory (about
@@ -273,12 +274,17 @@ def systemd_run_argv(argv):
         "--property=User=vllm",
         "--property=Group=vllm",
         "--property=WorkingDirectory=/var/lib/vllm",
-        # The API key, as for the planned unit; never on a command line.
+        # The API key, as for the planned unit; never on a command line. secrets.env names it for the
+        # role's key middleware, which plain vLLM does not run: vLLM's own check reads VLLM_API_KEY.
         "--property=EnvironmentFile=/etc/vllm/secrets.env",
         # Not tuning: no hub and no usage reporting from an offline test host.
         "--setenv=HF_HUB_OFFLINE=1",
         "--setenv=VLLM_NO_USAGE_STATS=1",
         "--setenv=DO_NOT_TRACK=1",
+        "/bin/sh",
+        "-c",
+        'VLLM_API_KEY="$VLLM_SERVICE_API_KEY" exec "$@"',
+        "sh",
         *argv,
     ]
 
