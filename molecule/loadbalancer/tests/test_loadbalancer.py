@@ -580,6 +580,20 @@ def test_a_drained_server_stays_drained_across_a_reboot_of_the_load_balancer(lb)
     assert all_up(lb), server_stats(lb)
 
 
+def worker_pid(host):
+    info = host.check_output(f"echo 'show info' | socat stdio unix-connect:{SOCKET}")
+    return int(re.search(r"^Pid: (\d+)", info, re.M)[1])
+
+
+def test_a_reload_returns_once_the_new_worker_alone_answers(lb):
+    # HAProxy's reload is asynchronous: without the drop-in's wait the old worker answers the first
+    # commands after `systemctl reload`, and a drain sent to it is lost when it leaves.
+    old = worker_pid(lb)
+    lb.check_output("systemctl reload haproxy")
+    answers = [worker_pid(lb) for _ in range(20)]
+    assert old not in answers and len(set(answers)) == 1, (old, answers)
+
+
 def test_a_changed_port_is_applied_and_a_new_server_starts_down(lb):
     # HAProxy 2.6 and 3.0 take a server's port from the state file over the configuration's; the drop-in's helper
     # fits the file first. A moved server keeps its drain and starts DOWN, as does one the configuration adds.
@@ -611,6 +625,41 @@ def test_a_changed_port_is_applied_and_a_new_server_starts_down(lb):
         backend_state("lb-backend-2", "ready")
         other.check_output("systemctl stop fake-vllm@8002.service")
     assert admin_states(lb)["lb-backend-2-vllm-1"][2] == 8001
+    assert all_up(lb), server_stats(lb)
+
+
+def retire(host_name, instances):
+    play = SCENARIO / "backend_retire.yml"
+    result = run_playbook(play, "-e", f"lb_test_backend_host={host_name}", "-e", f"lb_test_instances={instances}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    recap = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
+    return re.search(rf"^{host_name}\s*:.*changed=(\d+)", recap, re.M)[1]
+
+
+def test_a_server_the_plan_drops_leaves_the_configuration_and_the_live_process(lb):
+    # The rollout's step after a host's gate when its plan has one instance fewer: the dropped server
+    # was drained with the host and its instance stopped.
+    config = "/etc/haproxy/haproxy.cfg"
+    backend_state("lb-backend-2", "drain")
+    try:
+        assert retire("lb-backend-2", 1) != "0"
+        assert "server lb-backend-2-vllm-1 " not in lb.file(config).content_string
+        assert "server lb-backend-2-vllm-0 " in lb.file(config).content_string
+        assert lb.run(f"haproxy -c -f {config}").rc == 0
+        states = admin(lb)
+        assert "lb-backend-2-vllm-1" not in states, states
+        assert states["lb-backend-2-vllm-0"] == DRAIN and states["lb-backend-1-vllm-0"] == 0, states
+        # Nothing brings it back: a reload loads the configuration and the saved states without it.
+        restart_haproxy(lb, "reload")
+        assert "lb-backend-2-vllm-1" not in admin(lb), admin(lb)
+        assert set(served_by(lb, requests=12)) == {"lb-backend-1:8000", "lb-backend-1:8001"}
+        assert retire("lb-backend-2", 1) == "0"
+    finally:
+        # The converge with both instances planned puts the server back; it starts DOWN until checked.
+        result = run_playbook(SCENARIO / "converge.yml")
+        assert result.returncode == 0, result.stdout + result.stderr
+        backend_state("lb-backend-2", "ready")
+    assert "lb-backend-2-vllm-1" in admin(lb)
     assert all_up(lb), server_stats(lb)
 
 

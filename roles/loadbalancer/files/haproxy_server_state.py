@@ -10,6 +10,10 @@ handlers, `systemctl reload|restart haproxy` by a person, a package upgrade, a r
   save --on-failure discard  ExecStop: never blocks a stop; a dump that fails moves the old file
                              aside (<file>.stale), so nothing older than the stop is restored.
   fit                        ExecStartPre: the saved file against the configuration as it is now.
+  reload                     ExecReload, last: signal the master and return once the new worker
+                             alone answers the admin socket. HAProxy's reload is asynchronous:
+                             without the wait, `systemctl reload` returns while the old worker
+                             still answers, and a drain sent then is lost with that worker.
 
 HAProxy's `load-server-state-from-file` matches the file's lines to servers by backend and server
 name. It takes the operational and administrative state (drain, maint) from the file and, in 2.6
@@ -29,9 +33,11 @@ Only standard library; Python 3.6 or later.
 import argparse
 import ipaddress
 import os
+import signal
 import socket
 import sys
 import tempfile
+import time
 
 VERSION = "1"
 PROG = "haproxy-server-state"
@@ -184,11 +190,11 @@ def write_atomically(path, text):
         os.close(descriptor)
 
 
-def ask(socket_path, timeout):
+def ask(socket_path, timeout, command="show servers state"):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
         conn.connect(socket_path)
-        conn.sendall(b"show servers state\n")
+        conn.sendall(command.encode() + b"\n")
         chunks = []
         while True:
             chunk = conn.recv(65536)
@@ -264,6 +270,40 @@ def fit_file(args):
     return 0
 
 
+def worker_pid(socket_path, timeout):
+    """The pid of the worker that answers the admin socket, or None when none answers."""
+    try:
+        answer = ask(socket_path, timeout, "show info")
+    except OSError:
+        return None
+    for line in answer.splitlines():
+        if line.startswith("Pid:"):
+            return int(line.split(":", 1)[1])
+    return None
+
+
+def reload(args):
+    old = worker_pid(args.socket, 1.0)
+    os.kill(args.master_pid, signal.SIGUSR2)
+    if old is None:
+        say(f"no worker answers {args.socket}: the master is signalled without waiting for the new worker.")
+        return 0
+    # Until the new worker is ready, old and new share the socket; the old one stops accepting then.
+    deadline, in_a_row = time.monotonic() + args.timeout, 0
+    while time.monotonic() < deadline:
+        pid = worker_pid(args.socket, 1.0)
+        in_a_row = in_a_row + 1 if pid not in (None, old) else 0
+        if in_a_row == args.answers:
+            return 0
+        time.sleep(0.05)
+    say(
+        f"the new worker did not take over {args.socket} from worker {old} within {args.timeout:g} s: the reload"
+        " is not known to be applied. Fix: look at `journalctl -u haproxy`; the configuration was checked"
+        " before the signal, so a worker that failed to start says why there."
+    )
+    return 1
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command")
@@ -276,8 +316,13 @@ def main(argv=None):
             command.add_argument("--socket", required=True, help="HAProxy's admin socket")
             command.add_argument("--on-failure", choices=("fail", "discard"), required=True)
             command.add_argument("--timeout", type=float, default=10.0)
+    command = commands.add_parser("reload")
+    command.add_argument("--socket", required=True, help="HAProxy's admin socket")
+    command.add_argument("--master-pid", type=int, required=True, help="the master's pid ($MAINPID)")
+    command.add_argument("--timeout", type=float, default=30.0)
+    command.add_argument("--answers", type=int, default=10, help="answers in a row from a new worker")
     args = parser.parse_args(argv)
-    return save(args) if args.command == "save" else fit_file(args)
+    return {"save": save, "fit": fit_file, "reload": reload}[args.command](args)
 
 
 if __name__ == "__main__":
