@@ -105,7 +105,7 @@ def main():
     wall = time.time() - started
 
     per_job = sorted(peaks.values(), reverse=True)
-    compile_peaks = sorted((v for (_, name), v in peaks.items() if name.startswith("cc1")), reverse=True)
+    compile_peaks = sorted((v for (_unused, name), v in peaks.items() if name.startswith("cc1")), reverse=True)
     result = {
         "command": " ".join(command),
         "rc": proc.returncode,

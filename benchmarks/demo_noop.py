@@ -69,12 +69,12 @@ def main():
     started = datetime.datetime.now(datetime.UTC)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.runs):
+        for _n in range(args.runs):
             for name, playbook, own in plays(Path(tmp)):
                 rows.setdefault(name, []).append(run(playbook, args.extra + own))
     load_after = os.getloadavg()
 
-    ping = min(seconds for seconds, *_ in rows["ping play"])
+    ping = min(seconds for seconds, *_unused in rows["ping play"])
     command = "python benchmarks/demo_noop.py " + " ".join(sys.argv[1:])
     lines = [
         HEADING,
@@ -91,13 +91,13 @@ def main():
         "|---|---:|---:|---:|---|---:|---:|",
     ]
     for name, results in rows.items():
-        best = min(seconds for seconds, *_ in results)
-        _, changed, ok, hosts = results[-1]
-        rounds = ", ".join(f"{seconds:.1f}" for seconds, *_ in results)
+        best = min(seconds for seconds, *_unused in results)
+        _unused, changed, ok, hosts = results[-1]
+        rounds = ", ".join(f"{seconds:.1f}" for seconds, *_unused in results)
         lines.append(f"| {name} | {hosts} | {ok} | {changed} | {rounds} | {best:.1f} | {best / ping:.2f} |")
     table = "\n".join(lines) + "\n"
     print(table)
-    if any(changed for results in rows.values() for _, changed, *_ in results):
+    if any(changed for results in rows.values() for _unused, changed, *_unused in results):
         print("NOTE: a run changed something: not a no-op re-run", file=sys.stderr)
     if args.write:
         doc = REPO / "docs" / "benchmarks.md"

@@ -33,7 +33,7 @@ ANSIBLE = str(Path(sys.executable).parent / "ansible")
 
 def median_ms(func, runs):
     samples = []
-    for _ in range(runs):
+    for _n in range(runs):
         start = time.perf_counter()
         func()
         samples.append((time.perf_counter() - start) * 1000)

@@ -74,6 +74,7 @@ def inventory(n, work):
         # Every host is this controller: no listen address or firewall of its own.
         "vllm_service_listen_address": "0.0.0.0",
         "vllm_service_firewall": "none",
+        "vllm_fleet_backend_network_trusted": True,
     }
     classes = {}
     for index, name in enumerate(MACHINES):
@@ -170,7 +171,7 @@ def run(playbook, inventory_path, forks, work, log, cache=None):
             [ANSIBLE_PLAYBOOK, "-i", str(inventory_path), str(playbook)], cwd=REPO, env=env, stdout=out, stderr=out
         )
         # wait4: this run's own rusage (it and every process it waited for), not the sum of all runs.
-        _, status, usage = os.wait4(proc.pid, 0)
+        _unused, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - start
     rc = os.waitstatus_to_exitcode(status)
     return {"rc": rc, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024}

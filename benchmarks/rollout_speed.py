@@ -95,8 +95,8 @@ def batches(events):
         for part, spans in SEGMENTS.items():
             total = 0.0
             for begin, end in spans:
-                t0 = next((t for name, _, t in took if name.startswith(begin)), None)
-                t1 = next((t for name, _, t in took if name.startswith(end) and t0 is not None and t >= t0), None)
+                t0 = next((t for name, _unused, t in took if name.startswith(begin)), None)
+                t1 = next((t for name, _unused, t in took if name.startswith(end) and t0 is not None and t >= t0), None)
                 if t0 is None or t1 is None:
                     sys.exit(f"a batch has no task '{begin}' followed by '{end}': did the rollout restart anything?")
                 total += t1 - t0
@@ -105,11 +105,11 @@ def batches(events):
         wall = batch["end"] - batch["start"]
         parts["else"] = wall - sum(parts.values())
         outside = [(name, seconds) for name, seconds, t in took if not any(a <= t < b for a, b in inside)]
-        restart = sum(seconds for name, seconds, _ in took if name.startswith(RESTART_TASK))
+        restart = sum(seconds for name, seconds, _unused in took if name.startswith(RESTART_TASK))
         passes = {}
         for label, (begin, end) in PASSES.items():
-            t0 = next(t for name, _, t in took if name.startswith(begin))
-            passes[label] = next(t for name, _, t in took if name.startswith(end) and t >= t0) - t0
+            t0 = next(t for name, _unused, t in took if name.startswith(begin))
+            passes[label] = next(t for name, _unused, t in took if name.startswith(end) and t >= t0) - t0
         result.append(
             {"wall": wall, "tasks": len(names), "restart": restart, "outside": outside, "passes": passes, **parts}
         )
@@ -146,7 +146,7 @@ def main():
             clock.unlink(missing_ok=True)
             seconds, events = rollout([*args.extra, *knob], clock)
             runs.append((label, seconds, batches(events)))
-    for _, _, found in runs:
+    for _unused, _unused, found in runs:
         measured += found
     sizes, seconds = estimate(measured)
     lines = [
@@ -160,7 +160,7 @@ def main():
         "| else / restart+gate |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for label, _, found in runs:
+    for label, _unused, found in runs:
         for number, batch in enumerate(found, 1):
             ratio = batch["else"] / batch["restart+gate"] if batch["restart+gate"] else float("nan")
             lines.append(
@@ -192,7 +192,7 @@ def main():
     lines += [
         "",
         "Whole runs (site.yml, preflight to report): "
-        + ", ".join(f"{label} {seconds:.0f} s" for label, seconds, _ in runs)
+        + ", ".join(f"{label} {seconds:.0f} s" for label, seconds, _unused in runs)
         + ".",
         "",
         f"Estimate, 1,000 hosts at the default batches ({len(sizes)} batches: {sizes[0]}, then {sizes[1]} each), "

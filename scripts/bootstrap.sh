@@ -7,7 +7,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv="$repo/.venv"
 
 need_pkgs=()
-for pkg in podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client iproute2; do
+# Debian's shellcheck package serves ansible-test sanity's shellcheck test.
+for pkg in podman runc debootstrap uidmap slirp4netns fuse-overlayfs openssh-client iproute2 shellcheck; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_pkgs+=("$pkg")
 done
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_pkgs+=(python3-venv)
@@ -40,6 +41,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# ansible-test sanity runs each test in a virtualenv of its own (~/.ansible/test/venv) and
+# puts pip there with get-pip.py from ci-files.testing.ansible.com, which this machine and CI
+# cannot reach, unless that script is in its cache: tools/ansible_test_get_pip.py stands in for
+# it (pip from the wheel Python's ensurepip bundles). The tests' pinned requirements
+# (ansible_test/_data/requirements/sanity.*.txt) then come from the package index pip is set up for.
+get_pip_version=$("$venv/bin/python" -c 'import sys, types
+from ansible_test._internal.python_requirements import get_venv_packages
+print(get_venv_packages(types.SimpleNamespace(version="%d.%d" % sys.version_info[:2]))["pip"])')
+get_pip="$HOME/.ansible/test/cache/get_pip_${get_pip_version//./_}.py"
+if ! cmp -s "$repo/tools/ansible_test_get_pip.py" "$get_pip"; then
+  echo "bootstrap: writing ansible-test's pip bootstrap script $get_pip"
+  install -D -m 0644 "$repo/tools/ansible_test_get_pip.py" "$get_pip"
+fi
+
 # The key Ansible logs in to the test containers with (Molecule mounts its
 # public half as root's authorized_keys); a test fleet's key, not a secret.
 key="$repo/.cache/ssh/id_ed25519"
@@ -57,7 +72,7 @@ tools="$repo/.cache/tools"
 if [ ! -x "$tools/bin/promtool" ]; then
   echo "bootstrap: unpacking promtool into $tools/bin"
   rm -rf "$tools/prometheus" && mkdir -p "$tools/prometheus" "$tools/bin"
-  (cd "$tools" && apt-get download -qq prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download -qq prometheus; })
+  (cd "$tools" && { apt-get download -qq prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download -qq prometheus; }; })
   dpkg-deb -x "$tools"/prometheus_*.deb "$tools/prometheus"
   rm -f "$tools"/prometheus_*.deb
   ln -sf ../prometheus/usr/bin/promtool "$tools/bin/promtool"

@@ -21,7 +21,7 @@ for version in 12 13; do
     continue
   fi
   suite=${suites[$version]}
-  root=$(mktemp -d /var/tmp/debootstrap-$suite.XXXXXX)
+  root=$(mktemp -d "/var/tmp/debootstrap-$suite.XXXXXX")
   trap 'rm -rf "$root"' EXIT
   echo "images: debootstrap $suite from $mirror"
   debootstrap --variant=minbase --include="$include" "$suite" "$root" "$mirror" >/dev/null

@@ -138,7 +138,7 @@ def manifest(directory, path, lock_file, dist, version, pyver, tag, platform, ar
     by_name = {}
     for f in os.listdir(directory):
         if f.endswith(".whl"):
-            name, ver, _, _ = parse_wheel_filename(f)
+            name, ver, _unused, _unused = parse_wheel_filename(f)
             by_name.setdefault((canonicalize_name(name), str(ver)), f)
     deps, problems = [], []
     for name, ver in pins.items():

@@ -315,7 +315,7 @@ def generate(out, params):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("output", help="directory to write the model into")
     for key, value in DEFAULTS.items():
         parser.add_argument("--" + key.replace("_", "-"), dest=key, type=int, default=value)

@@ -90,8 +90,8 @@ def wheel_only_report(row, rows):
     if newer:
         taken = {key: row[key] for key in marked["keys"]}
         changes = probe_lib.diff_rows(taken, {key: rows[newer[0]][key] for key in marked["keys"]}, skip=())
-        out.append(f"  {near} and {newer[0]} differ there in: " + (", ".join(sorted({c[0] for c in changes}))
-                                                                    if changes else "nothing"))  # fmt: skip
+        differ = ", ".join(sorted({c[0] for c in changes})) if changes else "nothing"
+        out.append(f"  {near} and {newer[0]} differ there in: {differ}")
     return out
 
 
@@ -156,7 +156,7 @@ def report(row, evidence, notes, against=None, against_row=None, against_evidenc
         out.append("")
         out.append(f"The table's row for {row['version']}: " + ("equal to the source" if not changes else
                    f"{len(changes)} difference(s) from the source:"))  # fmt: skip
-        for key, before, after, _, where in changes:
+        for key, before, after, _unused, where in changes:
             out.append(f"  {key}: table {_show(before)} -> source {_show(after)}    [{where}]")
     if against:
         changes = probe_lib.diff_rows(against_row, row, against_evidence, evidence)
@@ -176,11 +176,11 @@ def write_table(low, high, cache):
     for version in versions:
         if releases[version] is None:
             # Wheels only: from the CPU wheel, with what a wheel lacks from the nearest older row probed.
-            rows[version], _, _ = _probe_target(version, None, cache, releases, rows)
+            rows[version], _unused, _unused = _probe_target(version, None, cache, releases, rows)
             print(f"{version}: probed from its wheel ({time.monotonic() - started:.1f} s)", file=sys.stderr)
             continue
         sdist = probe_lib.fetch_sdist(version, cache=cache, releases=releases)
-        rows[version], _, _ = probe_lib.probe(sdist, version=version, sha256=releases[version]["sha256"])
+        rows[version], _unused, _unused = probe_lib.probe(sdist, version=version, sha256=releases[version]["sha256"])
         print(f"{version}: probed ({time.monotonic() - started:.1f} s)", file=sys.stderr)
     with open(ROWS_FILE, "w", encoding="utf-8") as handle:
         json.dump(rows, handle, indent=1, sort_keys=False)
@@ -220,7 +220,7 @@ def main(argv=None):
         if against:
             try:
                 releases = releases if releases is not None else probe_lib.index_releases()
-                against_row, against_evidence, _ = _probe_target(against, None, args.cache, releases)
+                against_row, against_evidence, _unused = _probe_target(against, None, args.cache, releases)
             except (OSError, probe_lib.ProbeError) as err:  # offline: the table's row, without places
                 print(f"({against}'s source unavailable: {err}; comparing with its table row)", file=sys.stderr)
                 against_row, against_evidence = known[against], {}

@@ -2,12 +2,13 @@
 
 import copy
 import functools
+import ipaddress
 import re
 from pathlib import Path
 from typing import ClassVar
 
 import yaml
-from ansible.errors import AnsibleUndefinedVariable
+from ansible.errors import AnsibleError, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
@@ -85,6 +86,14 @@ _TEMPLATE_MARKS = re.compile(r"\{[{%#]|[}%#]\}")
 _TAGGED_TYPE = re.compile(r"<class '(?:[\w.]+\.)?_?(?:AnsibleTagged|AnsibleLazyTemplate)?(\w+)'>")
 # Deeper than any chain of references in the roles: a loop (a: "{{ b }}", b: "{{ a }}") goes to Ansible, which says so.
 _MAX_REFERENCES = 20
+
+
+def _is_ip(text):
+    try:
+        ipaddress.ip_address(str(text))
+    except ValueError:
+        return False
+    return True
 
 
 def _type_name(match):
@@ -305,7 +314,7 @@ class ActionModule(ActionBase):
         roles = [SECTION_ROLES[name] for name in SECTIONS]
         merged = self._variables(task_vars, roles)
         templar = self._templar.copy_with_new_env(available_variables=merged)
-        _, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
+        _unused, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
         sections = args["sections"] or self._sections(host, task_vars, merged, templar)
 
         problems, warnings, v = [], [], {}
@@ -322,6 +331,7 @@ class ActionModule(ActionBase):
             # The fleet's release, which the roles' own versions follow (a load balancer has none).
             v["vllm_version"] = _render(templar, merged, merged["vllm_version"])
         if "service" in sections:
+            v["vllm_service_tls_names"] = self._tls_names(host, merged, templar, task_vars)
             # What the role writes into each instance's environment besides the plan's (vllm_service_extra_env
             # may not replace it).
             runtime_env = _role_file("vllm_service", "vars/main.yml")["vllm_service_runtime_env"]
@@ -437,6 +447,25 @@ class ActionModule(ActionBase):
             }
         result.update(changed=False, ansible_facts=new_facts)
         return result
+
+    @staticmethod
+    def _tls_names(host, merged, templar, task_vars):
+        """What the host's certificate must name: its inventory name (HAProxy's verifyhost, unless it is an address)
+        and the addresses the load balancers and (with monitoring hosts) Prometheus use for it, where they render
+        now (an address from facts not gathered yet is checked by the clients at the host's gate)."""
+        names = [] if _is_ip(host) else [host]
+        variables = [_render(templar, merged, merged.get("loadbalancer_backend_address_var", "ansible_host"))]
+        monitoring = _render(templar, merged, merged.get("monitoring_group", "monitoring"))
+        if task_vars.get("groups", {}).get(monitoring):
+            variables.append(_render(templar, merged, merged.get("monitoring_target_address_var", "ansible_host")))
+        for name in variables:
+            try:
+                value = _render(templar, merged, merged[name]) if name in merged else host
+            except AnsibleError:  # an address from facts not gathered yet is left to the clients
+                continue
+            if isinstance(value, str) and value and value not in names:
+                names.append(value)
+        return names
 
     @staticmethod
     def _own_digest(sections, v, facts, host_plan, new_facts):

@@ -51,7 +51,9 @@ def process_start(pid):
     except (OSError, IndexError):
         pass
     try:
-        done = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            ["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True, text=True, timeout=10, check=False
+        )
     except OSError:
         return None
     return done.stdout.strip() or None

@@ -11,6 +11,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends im
     in_flight,
     removal_check,
     retired_servers,
+    server_line,
     server_states,
 )
 
@@ -49,10 +50,17 @@ def vllm_lb_in_flight(stat_text, servers, host=None):
 
 
 def vllm_lb_servers(hosts, hostvars, address_var):
-    """Every planned server of the backend hosts: [{'name': '<host>-<instance>', 'host', 'address', 'port'}]."""
+    """Every planned server of the backend hosts: [{'name': '<host>-<instance>', 'host', 'address', 'port', 'tls'}]
+    (tls: the host has a certificate, vllm_service_tls_certificate, so its instances serve HTTPS)."""
     plans = [(host, hostvars[host].get("vllm_plan")) for host in hosts]
     address_of = {host: hostvars[host].get(address_var, host) for host in hosts}
-    return backend_servers(plans, address_of)
+    tls_of = {host: bool(hostvars[host].get("vllm_service_tls_certificate")) for host in hosts}
+    return backend_servers(plans, address_of, tls_of)
+
+
+def vllm_lb_server_line(server, ca_file):
+    """What follows the server's name on its HAProxy `server` line (its endpoint; for TLS, the verification)."""
+    return server_line(server, ca_file)
 
 
 def vllm_lb_held_servers(servers, config_text, backend, hosts=None):
@@ -83,6 +91,7 @@ class FilterModule:
             "vllm_lb_server_states": vllm_lb_server_states,
             "vllm_lb_in_flight": vllm_lb_in_flight,
             "vllm_lb_servers": vllm_lb_servers,
+            "vllm_lb_server_line": vllm_lb_server_line,
             "vllm_lb_held_servers": vllm_lb_held_servers,
             "vllm_lb_host_servers": vllm_lb_host_servers,
             "vllm_lb_retired_servers": vllm_lb_retired_servers,

@@ -195,8 +195,12 @@ def _coerce_options(opts, problems):
             continue
         number, problem = _number(value, kind)
         if problem:
-            problems.add(variable, problem, f"set it to {'a whole number' if kind == 'int' else 'a number'} "
-                         f"such as {example}" + (", or leave it unset (null)" if DEFAULTS[name] is None else ""))
+            problems.add(
+                variable,
+                problem,
+                f"set it to {'a whole number' if kind == 'int' else 'a number'} "
+                f"such as {example}" + (", or leave it unset (null)" if DEFAULTS[name] is None else ""),
+            )
             continue
         if kind == "share":
             if not low < number <= high:
@@ -230,20 +234,23 @@ def _coerce_options(opts, problems):
             binds = [binds]
         if not isinstance(binds, (list, tuple)):
             problems.add(
-                "omp_threads_bind", f"{show(binds)} is {kind_of(binds)}, not a list of bind strings",
-                "give one string per instance, e.g. [\"1-27|56-83\"], or leave it unset (null)",
+                "omp_threads_bind",
+                f"{show(binds)} is {kind_of(binds)}, not a list of bind strings",
+                'give one string per instance, e.g. ["1-27|56-83"], or leave it unset (null)',
             )
         elif not binds:
             problems.add(
-                "omp_threads_bind", "is an empty list: no instance to plan",
+                "omp_threads_bind",
+                "is an empty list: no instance to plan",
                 "give one bind string per instance, or leave it unset (null) to compute them",
             )
         else:
             for index, text in enumerate(binds):
                 if not isinstance(text, str):
                     problems.add(
-                        f"omp_threads_bind[{index}]", f"{show(text)} is {kind_of(text)}, not a bind string",
-                        "write it as a quoted string like \"0-27|56-83\"",
+                        f"omp_threads_bind[{index}]",
+                        f"{show(text)} is {kind_of(text)}, not a bind string",
+                        'write it as a quoted string like "0-27|56-83"',
                     )
             opts["omp_threads_bind"] = list(binds)
 
@@ -318,8 +325,9 @@ def _check_facts(facts, numa, problems):
     elif cgroup and cgroup.get("cpu_limit") is not None:
         limit = cgroup["cpu_limit"]
         if isinstance(limit, int) and not isinstance(limit, bool) and limit < 1:
-            problems.add("vllm_cpu.cgroup.cpu_limit", f"{limit} is too small: it must be at least 1", fix,
-                         prefixed=False)
+            problems.add(
+                "vllm_cpu.cgroup.cpu_limit", f"{limit} is too small: it must be at least 1", fix, prefixed=False
+            )
         else:
             _fact_int(problems, "vllm_cpu.cgroup.cpu_limit", limit, 1)
     if facts.get("usable_cpus") is not None:
@@ -357,7 +365,8 @@ def _check_facts(facts, numa, problems):
                 if cpu in owner:
                     problems.add(
                         "vllm_cpu.numa_nodes",
-                        f"CPU {cpu} is in NUMA nodes {owner[cpu]} and {node['id']}" if owner[cpu] != node["id"]
+                        f"CPU {cpu} is in NUMA nodes {owner[cpu]} and {node['id']}"
+                        if owner[cpu] != node["id"]
                         else f"CPU {cpu} is in two cores of NUMA node {node['id']}",
                         fix + ", or set numa: single to plan the host as one node",
                         prefixed=False,
@@ -597,8 +606,9 @@ def _groups_from_layout(topo, opts, problems):
                     f"a {kv} GiB KV cache fit no NUMA node (DP) and no tensor-parallel "
                     f"split over the {len(node_ids)} CPU node(s) (TP) within {opts['fraction_variable']} "
                     f"{opts['memory_fraction']}",
-                    "lower kvcache_gib" if explicit_kv else
-                    f"serve a smaller or quantized model, raise {opts['fraction_variable']}, or add memory",
+                    "lower kvcache_gib"
+                    if explicit_kv
+                    else f"serve a smaller or quantized model, raise {opts['fraction_variable']}, or add memory",
                 )
                 return []
             tp = fitting[0]
@@ -746,19 +756,34 @@ def _check_bound_cpus(topo, variable, rank, cpus, owner, who, problems):
     # One message per kind of mistake, listing its CPUs: a wrong range must not give thousands.
     kinds = (
         ([c for c in cpus if c not in topo.online], "which {} not exist or {} offline", ("does", "is"), ("do", "are")),
-        ([c for c in cpus if c in topo.online and c not in topo.allowed], "outside the host's allowed CPUs (cpuset)",
-         (), ()),
-        ([c for c in cpus if c in topo.usable and c not in topo.core_of], "which {} to no NUMA node", ("belongs",),
-         ("belong",)),
-        ([c for c in cpus if topo.memory_node_of.get(c) in topo.without_memory],
-         "on a NUMA node without memory this process may allocate (MemTotal 0, or outside Mems_allowed_list / "
-         "the cgroup's cpuset.mems), where vLLM would bind the rank's memory", (), ()),
+        (
+            [c for c in cpus if c in topo.online and c not in topo.allowed],
+            "outside the host's allowed CPUs (cpuset)",
+            (),
+            (),
+        ),
+        (
+            [c for c in cpus if c in topo.usable and c not in topo.core_of],
+            "which {} to no NUMA node",
+            ("belongs",),
+            ("belong",),
+        ),
+        (
+            [c for c in cpus if topo.memory_node_of.get(c) in topo.without_memory],
+            "on a NUMA node without memory this process may allocate (MemTotal 0, or outside Mems_allowed_list / "
+            "the cgroup's cpuset.mems), where vLLM would bind the rank's memory",
+            (),
+            (),
+        ),
     )
     for bad, text, one, many in kinds:
         if bad:
             what = f"CPU {bad[0]}" if len(bad) == 1 else f"CPUs {show(format_cpulist(bad))[1:-1]}"
-            problems.add(variable, f"rank {rank} binds {what}, " + text.format(*(one if len(bad) == 1 else many)),
-                         "drop " + ("it" if len(bad) == 1 else "them"))
+            problems.add(
+                variable,
+                f"rank {rank} binds {what}, " + text.format(*(one if len(bad) == 1 else many)),
+                "drop " + ("it" if len(bad) == 1 else "them"),
+            )
     known = [cpu for cpu in cpus if cpu in topo.core_of]
     clashes = [(cpu, s) for cpu in known for s in topo.core_of[cpu] if s in owner and owner[s] != who]
     if clashes:
@@ -909,8 +934,7 @@ def _build(facts, release, opts, problems):
         if not isinstance(max_jobs, int) or max_jobs < 1 or max_jobs > max(1, memory_cap):
             problems.add(
                 "max_jobs",
-                f"{max_jobs!r} compile jobs at {per_job} GiB each do not fit the {for_build:.1f} GiB left for "
-                "a build",
+                f"{max_jobs!r} compile jobs at {per_job} GiB each do not fit the {for_build:.1f} GiB left for a build",
                 f"set max_jobs between 1 and {max(1, memory_cap)}, or leave it unset",
             )
     wheel_class = build_class(release["version"], facts)

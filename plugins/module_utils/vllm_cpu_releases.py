@@ -284,14 +284,24 @@ def _relative(value, example):
 ROW_FORMAT = {
     "version": lambda v: None if isinstance(v, str) and re.fullmatch(_VERSION_RE, v) else "X.Y.Z",
     "git_tag": lambda v: None if _is_str(v) and not syntax.git_ref(v) else "a git tag, e.g. v0.34.0 (not - first)",
-    "sdist_sha256": lambda v: None if v is None or (isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v))
-    else "64 lowercase hex digits or null",
-    "torch_version": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+(\.\d+)?", v)
-    else "a torch version such as 2.14.0 (without +cpu)",
-    "torch_plus_cpu_arches": lambda v: None if _str_list(v) and all(re.fullmatch(r"[A-Za-z0-9_]+", a) for a in v)
-    else 'a list of machines such as ["aarch64", "x86_64"]',
-    "python_versions": lambda v: None if v and _str_list(v) and all(re.fullmatch(r"3\.\d+", p) for p in v)
-    else 'a list such as ["3.11", "3.12"]',
+    "sdist_sha256": lambda v: (
+        None
+        if v is None or (isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v))
+        else "64 lowercase hex digits or null"
+    ),
+    "torch_version": lambda v: (
+        None
+        if isinstance(v, str) and re.fullmatch(r"\d+\.\d+(\.\d+)?", v)
+        else "a torch version such as 2.14.0 (without +cpu)"
+    ),
+    "torch_plus_cpu_arches": lambda v: (
+        None
+        if _str_list(v) and all(re.fullmatch(r"[A-Za-z0-9_]+", a) for a in v)
+        else 'a list of machines such as ["aarch64", "x86_64"]'
+    ),
+    "python_versions": lambda v: (
+        None if v and _str_list(v) and all(re.fullmatch(r"3\.\d+", p) for p in v) else 'a list such as ["3.11", "3.12"]'
+    ),
     "min_gcc": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+\.\d+", v) else "major.minor, e.g. 12.3",
     "min_cmake": lambda v: None if isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)*", v) else "e.g. 3.26.1",
     "gcc_by_arch": _check_gcc_by_arch,
@@ -302,8 +312,11 @@ ROW_FORMAT = {
     "build_requirements": lambda v: _relative(v, "requirements/build/cpu.txt"),
     "runtime_requirements": lambda v: _relative(v, "requirements/cpu.txt"),
     "serve_entrypoint": lambda v: None if v in _SERVE else " or ".join(_SERVE),
-    "serve_cli_distribution": lambda v: None if v is None or (_is_str(v) and syntax.DISTRIBUTION_NAME.match(v))
-    else "the distribution name vllm/entrypoints/cli/main.py looks up (vllm), or null",
+    "serve_cli_distribution": lambda v: (
+        None
+        if v is None or (_is_str(v) and syntax.DISTRIBUTION_NAME.match(v))
+        else "the distribution name vllm/entrypoints/cli/main.py looks up (vllm), or null"
+    ),
     "api_server_module": lambda v: None if isinstance(v, bool) else "true or false",
     "preloads_iomp": lambda v: None if isinstance(v, bool) else "true or false",
     "memory_binding": lambda v: None if v in MEMORY_BINDINGS else " or ".join(MEMORY_BINDINGS),

@@ -32,8 +32,7 @@ MIN_ISA = {
     ),
     "s390x": (
         "vxe",
-        "the features line lacks vxe; vLLM's s390x CPU backend needs the vector enhancements facility "
-        "(z14 or later)",
+        "the features line lacks vxe; vLLM's s390x CPU backend needs the vector enhancements facility (z14 or later)",
         "serve from a z14 or later (for a z/VM or KVM guest, a CPU model that passes vxe through)",
     ),
 }
@@ -309,7 +308,7 @@ def parse_cpu_max(text):
     if fields == ["max"]:
         return None
     if len(fields) != 2:
-        raise ValueError(f"not \"QUOTA PERIOD\" or \"max PERIOD\": {show(text.strip())}")
+        raise ValueError(f'not "QUOTA PERIOD" or "max PERIOD": {show(text.strip())}')
     quota, period = fields
     return cpu_limit(None if quota == "max" else quota, period)
 
@@ -440,8 +439,7 @@ def read_cpu_facts(root="/", arch=None, numa="strict"):
         if not allowed:
             raise TopologyError(
                 cgroup_files["cpus"],
-                f"the cgroup cpuset ({format_cpulist(cgroup['cpus'])}) names no online CPU "
-                "the process may use",
+                f"the cgroup cpuset ({format_cpulist(cgroup['cpus'])}) names no online CPU the process may use",
                 "give the cgroup online CPUs (cpuset.cpus)",
             )
 
@@ -458,7 +456,7 @@ def read_cpu_facts(root="/", arch=None, numa="strict"):
     memory_mib = mem_total_mib
     if cgroup["memory_max_mib"] is not None:
         memory_mib = min(memory_mib, cgroup["memory_max_mib"])
-    sockets = len({package for package, _, _ in topology.values()})
+    sockets = len({package for package, _unused, _unused in topology.values()})
 
     return {
         "arch": arch,

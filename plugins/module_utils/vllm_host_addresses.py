@@ -131,7 +131,7 @@ def ask(kind, flags, body, protocol=socket.NETLINK_ROUTE):
         sock.send(_HEADER.pack(_HEADER.size + len(body), kind, NLM_F_REQUEST | flags, 1, 0) + body)
         answers = []
         while True:
-            data, _, received_flags, _ = sock.recvmsg(_RECEIVE_BYTES)
+            data, _unused, received_flags, _unused = sock.recvmsg(_RECEIVE_BYTES)
             if received_flags & socket.MSG_TRUNC:
                 raise NetlinkError(f"a netlink answer longer than {_RECEIVE_BYTES} bytes")
             for answer in messages(data):

@@ -88,7 +88,7 @@ def python_info(python):
     """Version ("3.11"), wheel tag ("cp311"), and whether it can make a virtualenv (venv and ensurepip)."""
     out, error = _run_python(python, _PYTHON_INFO)
     lines = out.splitlines()
-    version, _, tag = (lines[0] if lines else "").partition(" ")
+    version, _sep, tag = (lines[0] if lines else "").partition(" ")
     if len(lines) > 1:
         error = lines[-1]
     ok = bool(version) and not error
@@ -198,7 +198,7 @@ def _listening_inodes_diag():
     found = {}
     for family in (socket.AF_INET, socket.AF_INET6):
         request = _INET_DIAG_REQ.pack(family, socket.IPPROTO_TCP, 0, 0, TCPF_LISTEN)
-        for _, payload in ask(SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, request, NETLINK_SOCK_DIAG):
+        for _unused, payload in ask(SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, request, NETLINK_SOCK_DIAG):
             (port,) = _INET_DIAG_PORT.unpack_from(payload, 4)
             uid, inode = _INET_DIAG_UID_INODE.unpack_from(payload, 64)
             found[str(inode)] = (port, uid)

@@ -42,31 +42,53 @@ def configured_servers(config_text, backend):
 
 
 def configured_endpoints(config_text, backend):
-    """{server: 'address:port'} of the `server` lines of section `backend <backend>`, as written."""
-    return {words[1]: words[2] for words in _server_lines(config_text, backend) if len(words) > 2}
+    """{server: endpoint} of the `server` lines of section `backend <backend>`: 'address:port', or
+    'https://address:port' for a server line with `ssl` (TLS to the instance)."""
+    return {
+        words[1]: ("https://" if "ssl" in words[3:] else "") + words[2]
+        for words in _server_lines(config_text, backend)
+        if len(words) > 2
+    }
 
 
 def endpoint(server):
-    """'address:port' of a planned server ({'address', 'port'}), as the configuration writes it."""
-    return f"{server['address']}:{server['port']}"
+    """The endpoint of a planned server ({'address', 'port', 'tls'}): 'address:port', or 'https://address:port' when
+    its instances serve TLS."""
+    return ("https://" if server.get("tls") else "") + f"{server['address']}:{server['port']}"
 
 
 def split_endpoint(text):
-    """('address', port) of 'address:port' (an IPv6 address has colons of its own: the port is after the last)."""
-    address, _, port = str(text).rpartition(":")
-    return address.strip("[]"), int(port)
+    """('address', port, tls) of an endpoint (an IPv6 address has colons of its own: the port is after the last)."""
+    text = str(text)
+    tls = text.startswith("https://")
+    address, _sep, port = text[len("https://") if tls else 0 :].rpartition(":")
+    return address.strip("[]"), int(port), tls
 
 
-def backend_servers(plans, address_of):
+def server_line(server, ca_file):
+    """What follows a server's name on its `server` line: its endpoint, and for TLS the verification of the
+    instance's certificate against the fleet's CA (ca_file) and, when the server's host is a name, that name
+    (verifyhost: HAProxy checks a certificate's DNS names, not its IP addresses)."""
+    line = f"{server['address']}:{server['port']}"
+    if not server.get("tls"):
+        return line
+    line += f" ssl verify required ca-file {ca_file}"
+    host = str(server.get("host", ""))
+    return line + (f" verifyhost {host}" if host and not _is_ip(host) else "")
+
+
+def backend_servers(plans, address_of, tls_of=None):
     """Every planned server of the backend, in inventory order: {'name': '<host>-<instance>', 'host', 'address',
-    'port'}. plans: [(host, vllm_plan)], address_of: {host: the address the load balancers use for it}. The one
-    place the servers' names and endpoints are made (the load balancer's configuration and the rollout's switch)."""
+    'port', 'tls'}. plans: [(host, vllm_plan)], address_of: {host: the address the load balancers use for it},
+    tls_of: {host: whether its instances serve TLS}. The one place the servers' names and endpoints are made (the
+    load balancer's configuration and the rollout's switch)."""
     return [
         {
             "name": f"{host}-{instance.get('name', '')}",
             "host": host,
             "address": str(address_of.get(host, host)),
             "port": int(instance.get("port") or 0),
+            "tls": bool((tls_of or {}).get(host)),
         }
         for host, plan in plans
         for instance in (plan or {}).get("instances", [])
@@ -112,16 +134,18 @@ def held_servers(servers, config_text, backend, hosts=()):
 
     def kept(host):
         for name in dropped.pop(host, []):
-            address, port = split_endpoint(configured[name])
-            yield {"name": name, "host": host, "address": address, "port": port, "planned": None, "held": True,
-                   "retired": True}  # fmt: skip
+            address, port, tls = split_endpoint(configured[name])
+            yield {"name": name, "host": host, "address": address, "port": port, "tls": tls, "planned": None,
+                   "held": True, "retired": True}  # fmt: skip
 
     out = []
     for index, server in enumerate(servers):
         planned = endpoint(server)
         written = configured.get(server["name"], planned)
-        address, port = split_endpoint(written) if written != planned else (server["address"], server["port"])
-        out.append(dict(server, address=address, port=port, planned=planned, held=written != planned, retired=False))
+        address, port, tls = split_endpoint(written)
+        out.append(
+            dict(server, address=address, port=port, tls=tls, planned=planned, held=written != planned, retired=False)
+        )
         if index + 1 == len(servers) or servers[index + 1]["host"] != server["host"]:
             out.extend(kept(server["host"]))
     for host in list(dropped):
@@ -130,9 +154,10 @@ def held_servers(servers, config_text, backend, hosts=()):
 
 
 def endpoint_changes(config_text, backend, servers, wanted=None):
-    """[{'name', 'from', 'to', 'address', 'port', 'runtime'}] for the servers whose configured endpoint is not the
-    wanted one: wanted is {server: 'address:port'} (a rollback's endpoints from before), else each server's planned
-    endpoint. Servers the configuration does not have yet are left to the load balancer play."""
+    """[{'name', 'host', 'from', 'to', 'address', 'port', 'tls', 'runtime'}] for the servers whose configured
+    endpoint is not the wanted one: wanted is {server: endpoint} (a rollback's endpoints from before), else each
+    server's planned endpoint. Servers the configuration does not have yet are left to the load balancer play. Only a
+    move to another IP address with the same TLS is made at run time (runtime); the rest needs a reload."""
     configured = configured_endpoints(config_text, backend)
     changes = []
     for server in servers:
@@ -140,10 +165,10 @@ def endpoint_changes(config_text, backend, servers, wanted=None):
         target = (wanted or {}).get(name) if wanted is not None else endpoint(server)
         if name not in configured or not target or configured[name] == target:
             continue
-        address, port = split_endpoint(target)
+        address, port, tls = split_endpoint(target)
         changes.append(
-            {"name": name, "from": configured[name], "to": target, "address": address, "port": port,
-             "runtime": _is_ip(address)}
+            {"name": name, "host": server.get("host", ""), "from": configured[name], "to": target, "address": address,
+             "port": port, "tls": tls, "runtime": _is_ip(address) and tls == split_endpoint(configured[name])[2]}
         )  # fmt: skip
     return changes
 

@@ -244,7 +244,7 @@ def bounds(host, v):
         if value is None:
             continue
         # A value the argument spec could not convert (-e gives strings) is still here as written.
-        _, refusal = number(value, low, high, whole=name not in BOUND_FLOATS)
+        _unused, refusal = number(value, low, high, whole=name not in BOUND_FLOATS)
         if refusal:
             problems.append(say(host, name, value, refusal))
     return problems

@@ -16,6 +16,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import 
     say,
     url_path,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import tls_problems
 
 MEMORY_FLAGS = re.compile(r"^--(gpu-memory-utilization|kv-cache-memory|kv-cache-memory-bytes|swap-space)(=|$)")
 # What vllm_service's command line sets from its own variables and the plan (the flag: where to set it instead):
@@ -40,6 +41,9 @@ SERVICE_FLAGS = {
     "--max-num-batched-tokens": "vllm_service_max_num_batched_tokens",
     # The role's key middleware checks it; on vLLM's command line every release before 0.29 would log it.
     "--api-key": "vllm_service_api_key",
+    # What the load balancers and monitoring hosts verify: the host's certificate, from the inventory.
+    "--ssl-certfile": "vllm_service_tls_certificate",
+    "--ssl-keyfile": "vllm_service_tls_key",
 }
 # The environment the plan and vllm_service write (instance.env.j2, secrets.env.j2), which vllm_service_extra_env
 # would replace: the plan's CPU binding and KV cache, the key and the paths served without it, the middleware's
@@ -132,6 +136,23 @@ def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.
             f"{host}: vllm_service_api_key: is empty, so every client that reaches the load balancer could generate"
             " without a key; fix: set vllm_service_api_key (in Ansible Vault: ansible-vault encrypt_string), or set"
             " vllm_service_allow_unauthenticated: true to serve without a key on purpose."
+        )
+    # The key crosses the hop from the load balancers: TLS, or a network the inventory calls trusted.
+    if v["vllm_service_tls_certificate"]:
+        problems += tls_problems(
+            host,
+            v["vllm_service_tls_certificate"],
+            v["vllm_service_tls_key"],
+            v["vllm_fleet_backend_tls_ca_certificate"],
+            v.get("vllm_service_tls_names", []),
+        )
+    elif not (local_only or v["vllm_fleet_backend_network_trusted"]):
+        problems.append(
+            f"{host}: vllm_service_tls_certificate: is empty, so the instances serve plain HTTP and the API key"
+            " crosses the network between the load balancers and this host in clear text; fix: give the host a"
+            " certificate and key (vllm_service_tls_certificate, vllm_service_tls_key) signed by"
+            " vllm_fleet_backend_tls_ca_certificate, or set vllm_fleet_backend_network_trusted: true where that"
+            " network is private to the fleet."
         )
     # Compared with request paths, and joined by blanks into VLLM_SERVICE_OPEN_PATHS (an environment file line).
     for index, path in enumerate(v["vllm_service_paths_without_key"]):

@@ -126,7 +126,7 @@ def decide(candidates, active, protected, keep_versions, prune_versions):
                     for c in others)  # fmt: skip
         return _sorted(remove, keep)
     keyed = [(public_version_key(c.get("version")), c) for c in others]
-    newest_first = sorted({key for key, _ in keyed if key and key != active_version}, reverse=True)
+    newest_first = sorted({key for key, _unused in keyed if key and key != active_version}, reverse=True)
     kept_versions = set(newest_first[: max(int(keep_versions), 1) - 1])
     for key, candidate in keyed:
         if key is None:

@@ -14,7 +14,7 @@ DEFAULT_SERIAL = (1, "10%")
 _ITEM = re.compile(r"([1-9][0-9]{0,5})(%?)\Z")
 FIX = (
     'fix: set it to a number of hosts (1, 5), a percentage ("10%") or a list of them'
-    " (-e rollout_serial=1,10% or -e '{\"rollout_serial\": [1, \"10%\"]}')"
+    ' (-e rollout_serial=1,10% or -e \'{"rollout_serial": [1, "10%"]}\')'
 )
 
 

@@ -76,7 +76,7 @@ options:
 notes:
   - Supports check mode (reports what would change, writes nothing).
 author:
-  - vllm-cpu-fleet maintainers
+  - vllm-cpu-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

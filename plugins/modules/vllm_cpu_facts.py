@@ -94,7 +94,7 @@ notes:
     common, files larger than 64 MiB; and, with O(numa=strict), an inconsistent NUMA view (a physical
     core on two nodes included).
 author:
-  - vllm-cpu-fleet maintainers
+  - vllm-cpu-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -51,7 +51,7 @@ options:
 notes:
   - Supports check mode (reports what it would remove).
 author:
-  - vllm-cpu-fleet maintainers
+  - vllm-cpu-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

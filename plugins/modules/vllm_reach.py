@@ -46,7 +46,7 @@ options:
 notes:
   - Supports check mode (it changes nothing in either mode).
 author:
-  - vllm-cpu-fleet maintainers
+  - vllm-cpu-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

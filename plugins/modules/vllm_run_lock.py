@@ -46,7 +46,7 @@ notes:
   - A run's lock comes and goes within the run, so taking and giving it back report no change; taking over another
     run's lock does.
 author:
-  - vllm-cpu-fleet maintainers
+  - vllm-cpu-fleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -63,5 +63,5 @@ def test_each_class_plans_on_a_machine_of_that_class(inventory, group, machine):
 
 
 def test_host_exception_binds_off_the_monitoring_cores(inventory):
-    _, result = plan_host(inventory, "spr-07.infer.example.net", "spr-2s-amx")
+    _unused, result = plan_host(inventory, "spr-07.infer.example.net", "spr-2s-amx")
     assert [i["omp_threads_bind"] for i in result["instances"]] == ["4-55", "57-111"]

@@ -22,7 +22,7 @@ def run_module(*args, module="vllm.cpu_fleet.vllm_cpu_facts", inside=()):
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=120, check=False,
     )
     status, sep, payload = proc.stdout.partition(" => ")
     assert sep, f"no result in ansible output:\n{proc.stdout}\n{proc.stderr}"
@@ -52,8 +52,8 @@ def test_module_check_mode_on_this_host():
 
 def test_module_os_facts_are_setups():
     # The roles read these instead of running setup: they must be setup's own values.
-    _, _, ours = run_module()
-    _, status, theirs = run_module("-a", "gather_subset=!all,!min,distribution,python,platform", module="setup")
+    _unused, _unused, ours = run_module()
+    _unused, status, theirs = run_module("-a", "gather_subset=!all,!min,distribution,python,platform", module="setup")
     assert status == "SUCCESS"
     os_facts = {key: value for key, value in ours["ansible_facts"].items() if key not in ("vllm_cpu", "vllm_cpu_key")}
     for key in ("distribution", "distribution_major_version", "distribution_version", "os_family", "architecture"):
@@ -64,8 +64,8 @@ def test_module_os_facts_are_setups():
 
 def test_module_returns_setups_network_and_systemd_facts_when_asked():
     # Preflight reads them in the facts run instead of a second (setup) run per serving host.
-    _, _, ours = run_module("-a", "gather_subset=network,systemd")
-    _, status, theirs = run_module("-a", "gather_subset=!all,!min,network,systemd", module="setup")
+    _unused, _unused, ours = run_module("-a", "gather_subset=network,systemd")
+    _unused, status, theirs = run_module("-a", "gather_subset=!all,!min,network,systemd", module="setup")
     assert status == "SUCCESS"
     expected = {key.removeprefix("ansible_"): value for key, value in theirs["ansible_facts"].items()}
     assert "all_ipv4_addresses" in expected
@@ -76,13 +76,13 @@ def test_module_returns_setups_network_and_systemd_facts_when_asked():
 
 
 def test_module_confirms_a_cached_key_without_reading_the_facts_again():
-    _, _, first = run_module()
+    _unused, _unused, first = run_module()
     key = first["ansible_facts"]["vllm_cpu_key"]
     assert first["cached"] is False
     rc, status, again = run_module("-a", f"cache_key={key}")
     assert (rc, status, again["cached"]) == (0, "SUCCESS", True)
     assert again["ansible_facts"]["vllm_cpu_key"] == key and "vllm_cpu" not in again["ansible_facts"]
-    _, _, other = run_module("-a", "cache_key=stale")
+    _unused, _unused, other = run_module("-a", "cache_key=stale")
     assert other["cached"] is False and other["ansible_facts"]["vllm_cpu"] == first["ansible_facts"]["vllm_cpu"]
 
 
@@ -100,7 +100,7 @@ def test_ansible_doc_renders():
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "numa_nodes" in proc.stdout and "isa_class" in proc.stdout

@@ -39,7 +39,7 @@ def run_facts_playbook(tmp_path, machine_root, version, extra_host_vars=None):
         env={**os.environ, "FLEET_REPORT_DIR": str(tmp_path / "report")},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=600, check=False,
     )
 
 

@@ -86,7 +86,7 @@ def namespace(request):
 
 
 def _facts_in(name, module, args):
-    _, status, result = run_module("-a", args, module=module, inside=("ip", "netns", "exec", name))
+    _unused, status, result = run_module("-a", args, module=module, inside=("ip", "netns", "exec", name))
     assert status == "SUCCESS", f"{module} in {name}: {result}"
     return {key.removeprefix("ansible_"): value for key, value in result["ansible_facts"].items()}
 

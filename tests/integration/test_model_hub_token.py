@@ -102,5 +102,5 @@ def test_the_token_reaches_the_download_and_no_command_line(tmp_path):
 
 
 def test_no_token_downloads_anonymously(tmp_path):
-    _, calls = run(tmp_path, "")
+    _unused, calls = run(tmp_path, "")
     assert calls[-1]["token"] is None and not calls[-1]["local_files_only"]

@@ -76,6 +76,8 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
         "vllm_service_listen_address": "0.0.0.0",
         "vllm_service_firewall": "none",
         "loadbalancer_plain_http": True,
+        # Plain HTTP to the instances: the hosts are this controller.
+        "vllm_fleet_backend_network_trusted": True,
     }
     inventory.write_text(
         yaml.safe_dump(
@@ -105,7 +107,7 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
         },
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=900, check=False,
     )
     assert snapshot(tmp_path) == before, "preflight wrote under the hosts' paths"
     return result
@@ -130,7 +132,7 @@ def failure_of(output, host):
     decoder = json.JSONDecoder()
     messages = []
     for match in re.finditer(r"^fatal: \[" + re.escape(host) + r"\]: FAILED! => ", output, re.M):
-        data, _ = decoder.raw_decode(output, match.end())
+        data, _unused = decoder.raw_decode(output, match.end())
         messages.append(data.get("msg") or data.get("assertion") or json.dumps(data))
     return " ".join(messages)
 
@@ -197,6 +199,16 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
         "no-model": (
             {"vllm_service_model_path": str(tmp_path / "nowhere")},
             ["vllm_service_model_path", "no config.json", "point it at"],
+        ),
+        # The key would cross the network to the instances in clear text.
+        "plain-untrusted": (
+            {"vllm_fleet_backend_network_trusted": "false"},
+            ["plain-untrusted: vllm_service_tls_certificate: is empty, so the instances serve plain HTTP",
+             "vllm_fleet_backend_network_trusted: true"],
+        ),
+        "tls-without-ca": (
+            {"vllm_service_tls_certificate": "-----BEGIN CERTIFICATE-----", "vllm_service_tls_key": "tls-s3cret-key"},
+            ["tls-without-ca: vllm_fleet_backend_tls_ca_certificate: is empty, and this host has a certificate"],
         ),
         "small-disk": ({"vllm_build_min_free_gib": 1000000}, ["GiB free under", "vllm_build_min_free_gib", "fix:"]),
         "gpu-mem-flag": (
@@ -279,7 +291,7 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
         {"vllm_fleet_converged_record": str(tmp_path / "record-dir")},
         ["record-dir: vllm_fleet_converged_record: ", "record-dir is a directory on the host", "fix: remove"],
     )
-    hosts = {name: variables for name, (variables, _) in cases.items()}
+    hosts = {name: variables for name, (variables, _unused) in cases.items()}
     hosts["good"] = {}
     # Strings the roles read alike (through | bool, as text): they pass.
     hosts["good-strings"] = {
@@ -303,15 +315,15 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
              " the start of a comment", "lb-hash: loadbalancer_log_target: is 'stdout # x'"],
         ),
     }
-    loadbalancers = {"lb-port": {}, **{name: variables for name, (variables, _) in lb_cases.items()}}
+    loadbalancers = {"lb-port": {}, **{name: variables for name, (variables, _unused) in lb_cases.items()}}
     result = run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=loadbalancers)
     cases.update(lb_cases)
     output = result.stdout
     assert result.returncode != 0
     stats = recap(output)
     assert all(host_stats["changed"] == 0 for host_stats in stats.values()), stats
-    assert "s3cret" not in output and "demo-api-key" not in output
-    for host, (_, words) in cases.items():
+    assert "s3cret" not in output and "demo-api-key" not in output and "tls-s3cret-key" not in output
+    for host, (_unused, words) in cases.items():
         message = failure_of(output, host)
         assert message, f"{host}: no failure reported\n{output[-3000:]}"
         assert message.startswith(host) or f"{host}:" in message, message

@@ -91,7 +91,7 @@ def pruned(tmp_path_factory):
     """Build every scenario's host, run the prune once for all; {host: (directories left, expected)}."""
     tmp = tmp_path_factory.mktemp("prune")
     hosts, holders = {}, []
-    for host, (installed, active, prune_versions, extra, _) in SCENARIOS.items():
+    for host, (installed, active, prune_versions, extra, _unused) in SCENARIOS.items():
         real = tmp / host / "data" / "opt" / "vllm"
         real.mkdir(parents=True)
         (tmp / host / "opt").symlink_to(tmp / host / "data" / "opt")
@@ -147,7 +147,7 @@ def pruned(tmp_path_factory):
     try:
         proc = subprocess.run(
             [ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook)],
-            cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600,
+            cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
     finally:
         for holder in holders:
@@ -157,7 +157,7 @@ def pruned(tmp_path_factory):
     assert proc.returncode == 0, output
     return {
         host: (sorted(p.name for p in (tmp / host / "data" / "opt" / "vllm").iterdir()), ["current", *expected])
-        for host, (*_, expected) in SCENARIOS.items()
+        for host, (*_unused, expected) in SCENARIOS.items()
     }, output
 
 
@@ -169,7 +169,7 @@ def test_what_is_left_on_disk(pruned, host):
 
 
 def test_the_active_link_still_leads_to_a_python_home(pruned):
-    left, _ = pruned
-    for host, (found, _) in left.items():
+    left, _unused = pruned
+    for host, (found, _unused) in left.items():
         active = SCENARIOS[host][1]
         assert active in found, f"{host}: the directory the active link names ({active}) was removed"

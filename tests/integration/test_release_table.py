@@ -65,7 +65,7 @@ def test_the_table_has_every_release(index):
 
 @pytest.mark.parametrize("version", supported_versions())
 def test_row_equals_the_source(version, probed):
-    row, evidence, _ = probed(version)
+    row, evidence, _unused = probed(version)
     # Not from the source: this project's patches and what the index has prebuilt.
     stored = {k: v for k, v in RELEASES[version].items() if k not in ("gcc_workarounds", "prebuilt")}
     assert probe_lib.diff_rows(stored, row, skip=()) == []
@@ -86,7 +86,7 @@ def test_the_documented_diffs_are_what_the_probe_prints(probed):
     docs = (REPO / "docs" / "vllm-releases.md").read_text()
     for old, new in (("0.31.0", "0.32.0"), ("0.32.0", "0.33.0")):
         new_row, new_evidence, new_notes = probed(new)
-        old_row, old_evidence, _ = probed(old)
+        old_row, old_evidence, _unused = probed(old)
         text = cli.report(new_row, new_evidence, new_notes, old, old_row, old_evidence, RELEASES[new])
         diff = text[text.index(f"Differences from {old}") :]
         assert diff in docs, f"docs/vllm-releases.md lacks the current probe output for {new} vs {old}:\n{diff}"

@@ -80,7 +80,7 @@ def run(tmp, serial, lost=None, lost_lb_of=None, guard=True):
     (tmp / "play.yml").write_text(yaml.safe_dump([batches, *([final] if guard else []), later_play], sort_keys=False))
     proc = subprocess.run(
         [ANSIBLE_PLAYBOOK, "-i", str(tmp / "inventory.yml"), str(tmp / "play.yml")],
-        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300,
+        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     changed = sorted(p.name.removeprefix("changed-") for p in tmp.glob("changed-*"))
     later = sorted(p.name.removeprefix("later-") for p in tmp.glob("later-*"))
@@ -121,7 +121,7 @@ def test_a_host_lost_in_the_last_batch_stops_the_later_plays(tmp_path):
 @pytest.mark.parametrize("lost", ["h2", "h6"])
 def test_negative_control_without_the_guard_the_run_goes_on(tmp_path, lost):
     """What ansible-core does alone: the scenarios above would fail without roles/rollout/tasks/lost_hosts.yml."""
-    _, output, changed, later = run(tmp_path, serial=2, lost=lost, guard=False)
+    _unused, output, changed, later = run(tmp_path, serial=2, lost=lost, guard=False)
     others = [host for host in HOSTS if host != lost]
     assert changed == others, output
     assert later == others, output

@@ -78,7 +78,7 @@ def start(fleet, run, *extra, playbook="site.yml", wait=False):
 
 
 def finish(proc):
-    out, _ = proc.communicate(timeout=300)
+    out, _unused = proc.communicate(timeout=300)
     return proc.returncode, out
 
 

@@ -171,16 +171,17 @@ def test_each_instance_runs_the_releases_entry_point_with_every_flag(rendered, h
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_accepts_every_rendered_command(rendered, tmp_path):
-    tmp, _ = rendered
+    tmp, _unused = rendered
     for conf in sorted((tmp / "out").glob("*.conf")):
         unit = tmp_path / f"{conf.stem}.service"
         unit.write_text(f"[Service]\nType=exec\nExecStart={_exec_start(conf)}\n")
-        result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+        verify = ["systemd-analyze", "verify", str(unit)]
+        result = subprocess.run(verify, capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 0 and unit.name not in result.stderr, (conf.name, result.stderr)
 
 
 def test_the_plan_behind_the_units_is_the_releases(rendered):
-    tmp, _ = rendered
+    tmp, _unused = rendered
     # The 0.34.0 host was planned from its inventory row alone: its drop-in names it.
     text = _instances(tmp, "new-from-inventory")[0].read_text()
     assert "(vLLM 0.34.0)" in text and "/bin/vllm serve " in text
@@ -188,12 +189,14 @@ def test_the_plan_behind_the_units_is_the_releases(rendered):
 
 # ---- closed when something is missing (issue 32) ----
 
-KEYED = sorted(h for h, (_, _, more) in HOSTS.items() if more.get("vllm_service_api_key", "fleet-key"))
-NFTABLES = sorted(h for h, (_, _, more) in HOSTS.items() if more.get("vllm_service_firewall", "nftables") == "nftables")
+KEYED = sorted(h for h, (*_unused, more) in HOSTS.items() if more.get("vllm_service_api_key", "fleet-key"))
+NFTABLES = sorted(
+    h for h, (*_unused, more) in HOSTS.items() if more.get("vllm_service_firewall", "nftables") == "nftables"
+)
 
 
 def _lines(rendered, host, name):
-    tmp, _ = rendered
+    tmp, _unused = rendered
     return [line for line in (tmp / "out" / f"{host}.{name}.out").read_text().splitlines() if not line.startswith("#")]
 
 
@@ -233,7 +236,11 @@ def test_an_instance_with_a_key_configured_does_not_start_without_it(rendered, h
         ({"VLLM_SERVICE_API_KEY": 'a "b" $c'}, 0),
     ):
         done = subprocess.run(
-            ["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin", **environ}, capture_output=True, text=True
+            ["/bin/sh", "-c", script],
+            env={"PATH": "/usr/bin:/bin", **environ},
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert done.returncode == code, (environ, done.stderr)
         assert ("no VLLM_SERVICE_API_KEY in /etc/vllm/secrets.env" in done.stderr) == bool(code), done.stderr
@@ -245,7 +252,8 @@ def test_systemd_accepts_the_key_check(rendered, tmp_path):
     unit.write_text(
         f"[Service]\nType=exec\nExecStartPre={_exec_start_pre(rendered, 'current')[0]}\nExecStart=/bin/true\n"
     )
-    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    verify = ["systemd-analyze", "verify", str(unit)]
+    result = subprocess.run(verify, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0 and unit.name not in result.stderr, result.stderr
 
 
@@ -275,7 +283,7 @@ def _input_chain(rendered, host):
 
 def test_sources_reach_only_the_instance_ports(rendered):
     """The ephemeral range (vLLM's internal ZMQ/gloo listeners) admits no source: only this host (lo)."""
-    tmp, _ = rendered
+    tmp, _unused = rendered
     for host in NFTABLES:
         ports = sorted(8000 + i for i in range(len(_instances(tmp, host))))
         instance_ports = "{ " + ", ".join(map(str, ports)) + " }"
@@ -308,13 +316,14 @@ def test_the_firewall_loads_after_the_host_firewalls_and_again_after_their_flush
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_accepts_the_firewall_unit_and_drop_in(rendered, tmp_path):
-    tmp, _ = rendered
+    tmp, _unused = rendered
     # The drop-in on a stand-in for Debian's nftables.service.
     base = "[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n"
     for name, head in (("vllm-firewall.service", ""), ("nftables-vllm-fleet.conf", base)):
-        unit = tmp_path / f"{name.split('.')[0]}.service"
+        unit = tmp_path / f"{name.split('.', maxsplit=1)[0]}.service"
         unit.write_text(head + (tmp / "out" / f"current.{name}.out").read_text())
-        result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+        verify = ["systemd-analyze", "verify", str(unit)]
+        result = subprocess.run(verify, capture_output=True, text=True, timeout=60, check=False)
         assert unit.name not in result.stderr, result.stderr
 
 
@@ -374,7 +383,7 @@ def test_the_record_witnesses_the_live_table(fake_nft, tmp_path):
     spec = {"units": [], "nft_tables": ["inet vllm_fleet"]}
     record = str(tmp_path / "state" / "converged.json")
     fake_nft(LIVE)
-    _, witnessed = write_record(record, {"own": "a", "peers": {}}, spec)
+    _unused, witnessed = write_record(record, {"own": "a", "peers": {}}, spec)
     assert witnessed["nft_tables"]["inet vllm_fleet"]
     assert read_record(record)["drift"] == []
     # Loaded again (new handles), packets counted, another nft: the same rules, no drift; the record stays as it is.

@@ -71,7 +71,7 @@ def run(fleet, inventory_path, plans_dir, *args):
         env={**os.environ, "ANSIBLE_FORKS": "6", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=900, check=False,
     )
 
 

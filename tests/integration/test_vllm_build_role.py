@@ -20,7 +20,7 @@ def run(tmp_path, body):
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=300, check=False,
     )
 
 
@@ -105,7 +105,7 @@ def run_patches(tmp_path, patches):
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=300, check=False,
     )
 
 

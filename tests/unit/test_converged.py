@@ -228,7 +228,7 @@ def test_the_users_and_groups_the_units_run_as_are_witnessed(tmp_path):
     me, my_group = pwd.getpwuid(os.getuid()), grp.getgrgid(os.getgid())
     spec = {"users": [me.pw_name], "groups": [my_group.gr_name]}
     record = tmp_path / "converged.json"
-    _, witnessed = write_record(str(record), {"own": OWN, "peers": {}}, spec)
+    _unused, witnessed = write_record(str(record), {"own": OWN, "peers": {}}, spec)
     assert witnessed["accounts"] == {
         f"user {me.pw_name}": f"{me.pw_uid}:{me.pw_gid} {me.pw_dir}",
         f"group {my_group.gr_name}": str(my_group.gr_gid),
@@ -332,16 +332,16 @@ def test_the_own_digest_holds_every_option_but_the_full_converge_switch():
 
     v = {"vllm_service_port": 8000, "vllm_fleet_full_converge": False, "vllm_service_model_source": "hub"}
     cpu = {"arch": "x86_64", "isa": {"avx512f": True}, "memory_mib": 1024}
-    facts = {"vllm_cpu_key": "k", "distribution": "Debian", "vllm_cpu": cpu}
+    base = {"vllm_cpu_key": "k", "distribution": "Debian", "vllm_cpu": cpu}
 
-    def own(facts=facts, plan=None, **changes):
-        return ActionModule._own_digest(["plan"], {**v, **changes}, facts, plan or {"instances": []}, {})
+    def own(facts=None, plan=None, **changes):
+        return ActionModule._own_digest(["plan"], {**v, **changes}, facts or base, plan or {"instances": []}, {})
 
     assert own(vllm_fleet_full_converge=True) == own()
     assert own(vllm_service_port=8001) != own()
     assert own(plan={"instances": [1]}) != own()
     # What the roles read from the CPU facts (the compiler verdict) is an input ...
-    assert own(facts={**facts, "vllm_cpu": {**cpu, "isa": {"avx512f": False}}}) != own()
-    assert own(facts={**facts, "vllm_cpu": {**cpu, "arch": "aarch64"}}) != own()
+    assert own(facts={**base, "vllm_cpu": {**cpu, "isa": {"avx512f": False}}}) != own()
+    assert own(facts={**base, "vllm_cpu": {**cpu, "arch": "aarch64"}}) != own()
     # ... the facts' key is not: a reboot or a VM's balloon moves it, and reaches the roles only through the plan.
-    assert own(facts={**facts, "vllm_cpu_key": "k2", "vllm_cpu": {**cpu, "memory_mib": 2048}}) == own()
+    assert own(facts={**base, "vllm_cpu_key": "k2", "vllm_cpu": {**cpu, "memory_mib": 2048}}) == own()

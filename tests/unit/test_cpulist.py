@@ -66,7 +66,7 @@ def test_format_is_canonical(cpus):
     text = format_cpulist(cpus)
     bounds = []
     for part in filter(None, text.split(",")):
-        lo, _, hi = part.partition("-")
+        lo, _sep, hi = part.partition("-")
         bounds.append((int(lo), int(hi or lo)))
         assert not hi or int(hi) > int(lo)
     assert all(prev[1] + 1 < cur[0] for prev, cur in pairwise(bounds))

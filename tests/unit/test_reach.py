@@ -47,7 +47,7 @@ def full_backlog():
     server.listen(0)
     port = server.getsockname()[1]
     held = []
-    for _ in range(3):
+    for _n in range(3):
         client = socket.socket()
         client.setblocking(False)
         client.connect_ex(("127.0.0.1", port))

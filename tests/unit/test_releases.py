@@ -99,8 +99,10 @@ def test_v0_13_facts():
     info = release_info("0.13.0")
     assert info["torch_version"] == "2.9.1"
     assert info["min_gcc"] == "12.3"
-    assert info["gcc_by_arch"]["x86_64"] == {"below_min": "degrade", "isas_dropped": ["avx512_bf16", "avx512_vnni",
-                                                                                       "amx_bf16"]}  # fmt: skip
+    assert info["gcc_by_arch"]["x86_64"] == {
+        "below_min": "degrade",
+        "isas_dropped": ["avx512_bf16", "avx512_vnni", "amx_bf16"],
+    }
     assert info["universal_x86_wheel"] is False
     assert info["env_vars"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]["scope"] == "per_rank"
     assert info["env_vars"]["VLLM_CPU_KVCACHE_SPACE"]["unset"] == "half_of_ram_per_node"

@@ -31,7 +31,7 @@ NUMBERS = {name for name, kind in TYPES.items() if kind in ("int", "float")}
 def segments(template):
     """Each {{ }} and {% %} segment of a template: its text, and its tokens without whitespace."""
     text, tokens = None, []
-    for _, kind, value in jinja2.Environment().lex(template):
+    for _unused, kind, value in jinja2.Environment().lex(template):
         if kind in ("variable_begin", "block_begin"):
             text, tokens = "", []
         if text is None:
@@ -51,7 +51,7 @@ def expressions(node):
             if key in CONDITION_KEYS:
                 for condition in value if isinstance(value, list) else [value]:
                     if isinstance(condition, str):
-                        for _, tokens in segments("{{ " + condition + " }}"):
+                        for _unused, tokens in segments("{{ " + condition + " }}"):
                             yield " ".join(condition.split()), tokens
             else:
                 yield from expressions(value)

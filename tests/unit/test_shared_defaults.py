@@ -9,6 +9,7 @@ from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 SHARED = yaml.safe_load((REPO / "roles/vllm_fleet/defaults/main.yml").read_text())
 
+
 def _sources():
     for pattern in ("playbooks/**/*.yml", "playbooks/**/*.j2", "roles/**/*.yml", "roles/**/*.j2"):
         for path in sorted(REPO.glob(pattern)):
@@ -69,4 +70,3 @@ def test_the_check_sees_a_restated_default(relative, text):
 def test_the_check_leaves_other_variables_alone():
     text = "{{ loadbalancer_port_extra | default(1) }} {{ loadbalancer_port }}"
     assert restated_defaults("roles/x/tasks/main.yml", text) == []
-

@@ -63,7 +63,7 @@ def haproxy_tokens(line):
 def systemd_env_value(line):
     """The value systemd's env-file.c reads from `NAME="..."` (double-quoted: backslash before " \\ ` $ unescapes,
     before a line break continues, before anything else stays; the value ends at the closing quote)."""
-    _, _, rest = line.partition("=")
+    _unused, _sep, rest = line.partition("=")
     assert rest.startswith('"'), line
     value, index = [], 1
     while index < len(rest):

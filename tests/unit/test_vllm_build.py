@@ -206,7 +206,7 @@ def test_find_sdist_refuses_another_sha256(monkeypatch):
     url, tried = find_sdist.find(["https://index.example/simple"], "vllm", "0.32.0", "2" * 64)
     assert url is None
     assert "expected " + "2" * 64 in tried[0]
-    url, _ = find_sdist.find(["https://index.example/simple"], "vllm", "0.32.0", "1" * 64)
+    url, _unused = find_sdist.find(["https://index.example/simple"], "vllm", "0.32.0", "1" * 64)
     assert url == "https://files.example/vllm-0.32.0.tar.gz"
 
 

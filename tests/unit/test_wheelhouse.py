@@ -151,7 +151,7 @@ def test_a_plain_torch_passes_where_the_release_does_not_pin_cpu(house):
     directory, lock = house
     write_wheel(directory, "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl")
     lock.write_text("torch==2.13.0\n")
-    _, data = make_manifest(directory, lock, torch_spec="torch==2.13.0", arch="aarch64")
+    _unused, data = make_manifest(directory, lock, torch_spec="torch==2.13.0", arch="aarch64")
     assert data["torch_wheel"] == "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl"
 
 
@@ -185,7 +185,7 @@ def test_a_missing_torch_or_vllm_wheel_is_refused(house):
 
 def test_up_to_date_needs_the_same_key_and_every_file(house):
     directory, lock = house
-    path, _ = make_manifest(directory, lock)
+    path, _unused = make_manifest(directory, lock)
     assert wheelhouse.up_to_date(str(path), "k1")
     assert not wheelhouse.up_to_date(str(path), "k2")
     (directory / TORCH).unlink()
@@ -194,7 +194,7 @@ def test_up_to_date_needs_the_same_key_and_every_file(house):
 
 def test_bundle_files_are_the_dependencies_without_the_vllm_wheel(house):
     directory, lock = house
-    path, _ = make_manifest(directory, lock)
+    path, _unused = make_manifest(directory, lock)
     assert sorted(wheelhouse.bundle_files(str(path))) == sorted(
         ["numpy-2.2.6-cp311-cp311-manylinux_2_17_x86_64.whl", TORCH]
     )
@@ -202,7 +202,7 @@ def test_bundle_files_are_the_dependencies_without_the_vllm_wheel(house):
 
 def test_summary_counts_every_file_and_its_size(house):
     directory, lock = house
-    path, _ = make_manifest(directory, lock)
+    path, _unused = make_manifest(directory, lock)
     (directory / TORCH).write_bytes(b"x" * (3 * 2**20))
     assert wheelhouse.summary(str(path)) == "3 wheels, 3 MiB"
 
@@ -261,7 +261,12 @@ def run_script(tmp_path, *argv, env=None):
     env = {**os.environ, **(env or {}), "WHEELHOUSE_DIR": str(tmp_path), "WHEELHOUSE_PIP": "false"}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # python3 with packaging and PyYAML
     return subprocess.run(
-        ["bash", str(REPO / "scripts" / "wheelhouse.sh"), *argv], capture_output=True, text=True, env=env, timeout=120
+        ["bash", str(REPO / "scripts" / "wheelhouse.sh"), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
 
 
@@ -272,7 +277,8 @@ def test_a_warm_cache_exits_0_without_pip_and_writes_the_bundle(tmp_path, house)
     result = run_script(tmp_path, "--vllm", "0.32.0")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "is up to date (nothing downloaded)" in result.stdout
-    bundled = subprocess.run(["tar", "-tf", str(directory / "vllm-0.32.0-deps.tar")], capture_output=True, text=True)
+    listing = ["tar", "-tf", str(directory / "vllm-0.32.0-deps.tar")]
+    bundled = subprocess.run(listing, capture_output=True, text=True, check=False)
     assert sorted(bundled.stdout.split()) == sorted(["numpy-2.2.6-cp311-cp311-manylinux_2_17_x86_64.whl", TORCH])
 
 

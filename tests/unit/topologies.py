@@ -25,7 +25,7 @@ def make_facts(
     all_cpus = []
     for node_id, cores in enumerate(nodes_cores):
         node_cores = []
-        for _ in range(cores):
+        for _n in range(cores):
             if adjacent_siblings:
                 siblings = [core_index * smt + t for t in range(smt)]
             else:

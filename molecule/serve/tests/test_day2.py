@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conftest import get_host
+from conftest import backend_ca, get_host
 
 testinfra_hosts = ["serve-vllm-1", "serve-vllm-2"]
 
@@ -19,8 +19,16 @@ LB_URL = "https://10.88.250.50:8080"
 CA_FILE = Path(__file__).resolve().parents[3] / ".cache/tls/ca.crt"
 # Step 2 moved the instances from 8000 to 8100.
 PORT = 8100
-EXPECTED_STEPS = ["1-key-rotation", "2-rotation-end-and-knobs", "3-drain-fails", "4-gate-fails",
-                  "5a-reinstall-host-lost", "5b-recovery", "6a-noop", "6b-drift"]
+EXPECTED_STEPS = [
+    "1-key-rotation",
+    "2-rotation-end-and-knobs",
+    "3-drain-fails",
+    "4-gate-fails",
+    "5a-reinstall-host-lost",
+    "5b-recovery",
+    "6a-noop",
+    "6b-drift",
+]
 
 
 def lb_status(path, key, body=None):
@@ -36,26 +44,32 @@ def lb_status(path, key, body=None):
 
 def direct_status(where, url, key, body):
     script = (
-        "import json, sys, urllib.request, urllib.error\n"
+        "import json, ssl, sys, urllib.request, urllib.error\n"
         "headers = {'Content-Type': 'application/json'}\n"
         "req = urllib.request.Request(sys.argv[1], data=sys.argv[3].encode(), headers=headers)\n"
         "if sys.argv[2]: req.add_header('Authorization', 'Bearer ' + sys.argv[2])\n"
+        "context = ssl.create_default_context(cafile=sys.argv[4]) if sys.argv[4] else None\n"
         "try:\n"
-        "    print(urllib.request.urlopen(req, timeout=60).status)\n"
+        "    print(urllib.request.urlopen(req, timeout=60, context=context).status)\n"
         "except urllib.error.HTTPError as e: print(e.code)\n"
     )
-    return int(where.check_output("python3 -c %s %s %s %s", script, url, key, json.dumps(body)))
+    ca = backend_ca(where) if url.startswith("https://") else ""
+    return int(where.check_output("python3 -c %s %s %s %s %s", script, url, key, json.dumps(body), ca))
 
 
 def test_no_step_lost_a_request():
     results = json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "day2" / "results.json").read_text())
     control = json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "day2" / "control.json").read_text())
-    print(f"0-control (an undrained restart): {control['sent']} sent, {control['answered']} answered, "
-          f"{control['failed']} failed in {control['seconds']} s; in flight: mean {control['in_flight_mean']}")
+    print(
+        f"0-control (an undrained restart): {control['sent']} sent, {control['answered']} answered, "
+        f"{control['failed']} failed in {control['seconds']} s; in flight: mean {control['in_flight_mean']}"
+    )
     for step in results:
-        print(f"{step['step']}: rc {step['rc']}, {step['sent']} sent, {step['answered']} answered, "
-              f"{step['failed']} failed in {step['seconds']} s; in flight: mean {step['in_flight_mean']}, "
-              f"below 2 {step['share_below_expected']:.0%} of the time")
+        print(
+            f"{step['step']}: rc {step['rc']}, {step['sent']} sent, {step['answered']} answered, "
+            f"{step['failed']} failed in {step['seconds']} s; in flight: mean {step['in_flight_mean']}, "
+            f"below 2 {step['share_below_expected']:.0%} of the time"
+        )
     # The same load loses requests when a restart is not drained: the zeros below can fail.
     assert control["failed"] >= 1, control
     assert [s["step"] for s in results] == EXPECTED_STEPS
@@ -82,6 +96,6 @@ def test_the_load_balancer_host_needs_the_key_on_every_route(host, request):
     own = host.interface("eth0").addresses[0]
     body = {"model": "tiny-llama", "prompt": "Hello"}
     for path in ("/tokenize", "/invocations", "/v1/completions"):
-        assert direct_status(lb, f"http://{own}:{PORT}{path}", "", body) == 401, path
-        assert direct_status(lb, f"http://{own}:{PORT}{path}", OLD_API_KEY, body) == 401, path
-    assert direct_status(lb, f"http://{own}:{PORT}/tokenize", API_KEY, body) == 200
+        assert direct_status(lb, f"https://{own}:{PORT}{path}", "", body) == 401, path
+        assert direct_status(lb, f"https://{own}:{PORT}{path}", OLD_API_KEY, body) == 401, path
+    assert direct_status(lb, f"https://{own}:{PORT}/tokenize", API_KEY, body) == 200

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import get_host
+from conftest import backend_ca, get_host
 
 testinfra_hosts = ["ansible://vllm_hosts"]
 
@@ -70,13 +70,13 @@ def test_a_restart_of_debians_nftables_service_leaves_the_table_and_the_instance
             host.check_output(f"systemctl {verb} nftables.service")
             assert table(host) == loaded, f"after systemctl {verb} nftables.service"
             assert table(host, EXPORTERS_TABLE) == exporters, f"the exporters' table after systemctl {verb}"
-        url = f"http://{own_address(host)}:{plan['instances'][0]['port']}/health"
-        assert (
-            lb.run(
-                "python3 -c %s %s", "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)", url
-            ).rc
-            == 0
+        url = f"https://{own_address(host)}:{plan['instances'][0]['port']}/health"
+        script = (
+            "import ssl, sys, urllib.request;"
+            " urllib.request.urlopen(sys.argv[1], timeout=10, context=ssl.create_default_context(cafile=sys.argv[2]))"
         )
+        answered = lb.run("python3 -c %s %s %s", script, url, backend_ca(lb))
+        assert answered.rc == 0, answered.stderr
         assert main_pids(host, plan) == pids
         assert host.service("vllm-firewall").is_running
     finally:

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import get_host
+from conftest import backend_ca, get_host, instance_base
 
 testinfra_hosts = ["ansible://vllm_hosts"]
 
@@ -61,16 +61,19 @@ def vllm_pids(host):
 def http(host, url, body=None, key=""):
     """(status, parsed JSON or text) of a request made from inside ``host``."""
     script = (
-        "import json, sys, urllib.request, urllib.error\n"
-        "url, body, key = sys.argv[1], sys.argv[2], sys.argv[3]\n"
+        "import json, ssl, sys, urllib.request, urllib.error\n"
+        "url, body, key, ca = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]\n"
+        "context = ssl.create_default_context(cafile=ca) if ca else None\n"
         "headers = {'Content-Type': 'application/json'}\n"
         "req = urllib.request.Request(url, data=body.encode() or None, headers=headers)\n"
         "if key: req.add_header('Authorization', 'Bearer ' + key)\n"
         "try:\n"
-        "    with urllib.request.urlopen(req, timeout=120) as r: print(r.status); print(r.read().decode())\n"
+        "    with urllib.request.urlopen(req, timeout=120, context=context) as r:\n"
+        "        print(r.status); print(r.read().decode())\n"
         "except urllib.error.HTTPError as e: print(e.code); print(e.read().decode())\n"
     )
-    result = host.run("python3 -c %s %s %s %s", script, url, json.dumps(body) if body else "", key or "")
+    ca = backend_ca(host) if url.startswith("https://") else ""
+    result = host.run("python3 -c %s %s %s %s %s", script, url, json.dumps(body) if body else "", key or "", ca)
     assert result.rc == 0, result.stderr
     status, _, text = result.stdout.partition("\n")
     try:
@@ -148,7 +151,8 @@ def test_no_missing_preload_warning(host):
 
 def test_models_and_completions_direct(host, plan, api_key):
     for instance in plan["instances"]:
-        base = f"http://{listen_address(host, instance)}:{instance['port']}"
+        base = instance_base(host, instance["name"])
+        assert base.startswith("https://"), base
         status, models = http(host, f"{base}/v1/models", key=api_key)
         assert status == 200 and [m["id"] for m in models["data"]] == [MODEL]
         status, body = completion(host, base, api_key)
@@ -156,7 +160,7 @@ def test_models_and_completions_direct(host, plan, api_key):
 
 
 def test_api_key_is_enforced(host, plan, api_key):
-    base = f"http://{listen_address(host, plan['instances'][0])}:{plan['instances'][0]['port']}"
+    base = instance_base(host, plan["instances"][0]["name"])
     assert completion(host, base, key="")[0] == 401
     assert completion(host, base, key="wrong-key")[0] == 401
     # The routes vLLM leaves open need the key too, even from the host itself.
@@ -215,7 +219,7 @@ def test_firewall_admits_the_load_balancer_and_refuses_other_hosts(host, plan, r
     assert lb.interface("eth0").addresses[0] in ruleset
     assert host.service("vllm-firewall").is_enabled
     for instance in plan["instances"]:
-        url = f"http://{own}:{instance['port']}/health"
+        url = f"https://{own}:{instance['port']}/health"
         # The load balancer's host is admitted ...
         assert http(lb, url, key="")[0] == 200
         # ... this machine (the podman host, outside the allow-list) is not.
@@ -327,14 +331,18 @@ def test_no_route_generates_or_tokenizes_without_the_key_through_the_load_balanc
     forwarded_unguarded = {a[1] for a in answers if a[2] not in (403, 404) and not a[1].startswith(GUARDED)}
     assert forwarded_unguarded <= {"/health"}, forwarded_unguarded
     # With the key, the unguarded tokenize and invocation routes are still not forwarded.
-    with_key = probe(f"https://{lb_address}:{LB_PORT}", [p for p in routes if not p[1].startswith(GUARDED)],
-                     ca=str(CA_FILE), key=api_key)
+    with_key = probe(
+        f"https://{lb_address}:{LB_PORT}",
+        [p for p in routes if not p[1].startswith(GUARDED)],
+        ca=str(CA_FILE),
+        key=api_key,
+    )
     assert not [a[:3] for a in with_key if produced(a[3])]
 
 
 def test_no_route_answers_other_hosts_directly(host, plan, routes):
     own = host.interface("eth0").addresses[0]
-    answers = probe(f"http://{own}:{plan['instances'][0]['port']}", routes)
+    answers = probe(f"https://{own}:{plan['instances'][0]['port']}", routes, ca=str(CA_FILE))
     assert {a[2] for a in answers} == {0}, [a[:3] for a in answers if a[2]]
 
 
@@ -342,7 +350,7 @@ def test_from_the_load_balancer_host_only_the_open_paths_answer_without_the_key(
     # Every route, state-changing ones included: the key is checked before any handler runs.
     lb = get_host("serve-lb", request)
     own = host.interface("eth0").addresses[0]
-    answers = probe(f"http://{own}:{plan['instances'][0]['port']}", routes, where=lb)
+    answers = probe(f"https://{own}:{plan['instances'][0]['port']}", routes, ca=backend_ca(lb), where=lb)
     assert not [a[:3] for a in answers if produced(a[3])]
     assert {a[1] for a in answers if a[2] != 401} == OPEN_PATHS, [a[:3] for a in answers if a[2] != 401]
     assert {a[2] for a in answers if a[1] in OPEN_PATHS} == {200}

@@ -175,9 +175,12 @@ def test_a_drained_server_and_a_stopped_instance_fire_alerts_delivered_to_the_we
         vllm2.run(f"systemctl start vllm@{stopped}")
     plan = plans(request)["serve-vllm-2"]
     port = next(i["port"] for i in plan["instances"] if i["name"] == stopped)
-    health = f"http://{ADDRESSES['serve-vllm-2']}:{port}/health"
-    script = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)"
-    healthy = lambda: vllm2.run("python3 -c %s %s", script, health).rc == 0  # noqa: E731
+    health = f"https://{ADDRESSES['serve-vllm-2']}:{port}/health"
+    script = (
+        "import ssl, sys, urllib.request;"
+        " urllib.request.urlopen(sys.argv[1], timeout=5, context=ssl.create_default_context(cafile=sys.argv[2]))"
+    )
+    healthy = lambda: vllm2.run("python3 -c %s %s %s", script, health, "/etc/vllm/tls-ca.crt").rc == 0  # noqa: E731
     wait_for(f"vllm@{stopped} healthy again", healthy, timeout=240)
 
 

@@ -305,7 +305,7 @@ def reload(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n", maxsplit=1)[0])
     commands = parser.add_subparsers(dest="command")
     commands.required = True
     for name in ("save", "fit"):

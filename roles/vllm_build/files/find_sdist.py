@@ -65,7 +65,7 @@ def find(indexes, name, version, sha256):
         parser.feed(text)
         for href in parser.links:
             url = urllib.parse.urljoin(page, href)
-            path, _, fragment = url.partition("#")
+            path, _sep, fragment = url.partition("#")
             if os.path.basename(urllib.parse.urlparse(path).path) != filename:
                 continue
             listed = dict(part.split("=", 1) for part in fragment.split("&") if "=" in part).get("sha256")

@@ -18,7 +18,7 @@ def main(tarball, dest):
     with tarfile.open(tarball) as archive:
         members = []
         for member in archive.getmembers():
-            _, _, rest = member.name.partition("/")
+            _unused, _sep, rest = member.name.partition("/")
             if not rest or member.name.startswith("/") or ".." in rest.split("/"):
                 continue
             member.name = rest

@@ -169,7 +169,7 @@ def cpu_nodes():
         except OSError:
             continue
         for part in filter(None, text.split(",")):
-            first, _, last = part.partition("-")
+            first, _sep, last = part.partition("-")
             for cpu in range(int(first), int(last or first) + 1):
                 nodes[str(cpu)] = node
     return nodes

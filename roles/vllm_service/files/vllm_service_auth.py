@@ -50,7 +50,7 @@ def bearer_token(headers):
     """The token of the first ``Authorization: Bearer`` header, or None."""
     for name, value in headers:
         if name.lower() == b"authorization":
-            scheme, _, token = value.partition(b" ")
+            scheme, _sep, token = value.partition(b" ")
             return token.strip() if scheme.lower() == b"bearer" else None
     return None
 

@@ -2,6 +2,7 @@
 """Wait until a vLLM instance answers /health while it makes progress; give up early when it does not.
 
 Usage: wait_healthy.py ADDRESS PORT UNIT CEILING_SECONDS MAX_RESTARTS STALL_SECONDS
+HTTPS when the unit serves it (--ssl-certfile), checked against the fleet CA (VLLM_PROBE_CA_FILE).
 Prints one JSON object: {"healthy": bool, "seconds": n, "reason": str, "waited_for": str, "journal": [lines]}
 and exits 0 only when /health answered 200.
 
@@ -13,7 +14,10 @@ unit's journal advances or its processes use CPU. It stops waiting when
   - CEILING_SECONDS passed in all (the hard limit, however busy the start).
 """
 
+import functools
 import json
+import os
+import ssl
 import subprocess
 import sys
 import time
@@ -56,11 +60,27 @@ def journal(unit, since):
     return out.splitlines()[-25:]
 
 
-def healthy(address, port):
+def serving_tls(unit):
+    """Whether the unit's command serves HTTPS (--ssl-certfile): what the unit runs, also after a rollback."""
+    out = subprocess.run(
+        ["systemctl", "show", "-p", "ExecStart", unit], capture_output=True, text=True, check=False
+    ).stdout
+    return "--ssl-certfile" in out
+
+
+def tls_context(ca_file):
+    """The instance's certificate checked against the fleet's CA; not its name: this host probes itself."""
+    context = ssl.create_default_context(cafile=ca_file)
+    context.check_hostname = False
+    return context
+
+
+def healthy(address, port, context=None):
     host = "127.0.0.1" if address in ("0.0.0.0", "", "*") else address
     host = f"[{host}]" if ":" in host else host
+    scheme = "https" if context else "http"
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=5) as response:
+        with urllib.request.urlopen(f"{scheme}://{host}:{port}/health", timeout=5, context=context) as response:
             return response.status == 200
     except OSError:
         return False
@@ -72,8 +92,17 @@ def cpu_ns(state):
 
 
 def wait(
-    address, port, unit, ceiling, max_restarts, stall,
-    clock=time.time, sleep=time.sleep, state_of=unit_state, cursor_of=journal_cursor, health_of=healthy,
+    address,
+    port,
+    unit,
+    ceiling,
+    max_restarts,
+    stall,
+    clock=time.time,
+    sleep=time.sleep,
+    state_of=unit_state,
+    cursor_of=journal_cursor,
+    health_of=healthy,
 ):
     """Returns (healthy, reason); the arguments after stall are seams for the unit tests."""
     started = clock()
@@ -104,13 +133,34 @@ def wait(
 
 def main(address, port, unit, ceiling, max_restarts, stall):
     started = time.time()
-    ok, reason = wait(address, port, unit, ceiling, max_restarts, stall)
+    context = None
+    if serving_tls(unit):
+        ca_file = os.environ.get("VLLM_PROBE_CA_FILE", "/etc/vllm/tls-ca.crt")
+        try:
+            context = tls_context(ca_file)
+        except OSError as err:
+            print(
+                json.dumps(
+                    {
+                        "healthy": False,
+                        "seconds": 0,
+                        "reason": f"{unit} serves HTTPS, and the CA file"
+                        f" {ca_file} to check it with cannot be read ({err})",
+                        "waited_for": "",
+                        "journal": [],
+                    }
+                )
+            )
+            return 1
+    ok, reason = wait(
+        address, port, unit, ceiling, max_restarts, stall, health_of=functools.partial(healthy, context=context)
+    )
     result = {
         "healthy": ok,
         "seconds": round(time.time() - started, 1),
         "reason": reason,
         "waited_for": (
-            f"/health of {unit} on {address}:{port}, while it made progress "
+            f"/health of {unit} on {'https' if context else 'http'}://{address}:{port}, while it made progress "
             f"(stall limit {stall} s, ceiling {ceiling} s, at most {max_restarts} restarts)"
         ),
         "journal": [] if ok else journal(unit, started - 60),
