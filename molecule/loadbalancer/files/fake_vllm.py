@@ -10,10 +10,14 @@ GET /v1/hangups?tag=T answers {"count": n}, what this instance received.
 GET /v1/denied answers 401, as vLLM's key middleware does to a wrong key.
 Every other path (GET or POST) answers 200 with {"route": path, "served_by"}:
 a route the load balancer should not forward shows up as a 200.
+With FAKE_VLLM_CERT and FAKE_VLLM_KEY it serves HTTPS with that certificate,
+as an instance with --ssl-certfile/--ssl-keyfile does.
 """
 
 import collections
 import json
+import os
+import ssl
 import sys
 import threading
 import time
@@ -83,4 +87,9 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-ThreadingHTTPServer(("0.0.0.0", PORT), Handler).serve_forever()
+SERVER = ThreadingHTTPServer(("0.0.0.0", PORT), Handler)
+if os.environ.get("FAKE_VLLM_CERT"):
+    CONTEXT = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    CONTEXT.load_cert_chain(os.environ["FAKE_VLLM_CERT"], os.environ["FAKE_VLLM_KEY"])
+    SERVER.socket = CONTEXT.wrap_socket(SERVER.socket, server_side=True)
+SERVER.serve_forever()

@@ -663,6 +663,71 @@ def test_a_server_the_plan_drops_leaves_the_configuration_and_the_live_process(l
     assert all_up(lb), server_stats(lb)
 
 
+def move_endpoints(host_name, extra=None):
+    args = ["-e", f"lb_test_backend_host={host_name}"] + (["-e", json.dumps(extra)] if extra else [])
+    result = run_playbook(SCENARIO / "backend_endpoints.yml", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    recap = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)
+    return re.search(rf"^{host_name}\s*:.*changed=(\d+)", recap, re.M)[1]
+
+
+def restart_fakes(host, unit, cert=None):
+    """The host's window: its two stand-ins restart as `unit` (fake-vllm or fake-vllm-tls), with certificate `cert`."""
+    env = f"FAKE_VLLM_CERT=/etc/fake-vllm/{cert}.crt\nFAKE_VLLM_KEY=/etc/fake-vllm/{cert}.key\n" if cert else ""
+    host.check_output(
+        f"printf '{env}' > /etc/fake-vllm/cert && systemctl stop fake-vllm@8000 fake-vllm@8001 "
+        f"fake-vllm-tls@8000 fake-vllm-tls@8001 && systemctl start {unit}@8000 {unit}@8001"
+    )
+
+
+def test_tls_to_a_host_is_switched_in_its_window_and_verified(lb):
+    # What the rollout does when a host gets a certificate: drained, its instances restart serving HTTPS, its
+    # servers move to `ssl verify required` (a reload, which keeps the drain), then ready and UP over TLS.
+    config = "/etc/haproxy/haproxy.cfg"
+    tls_dir = PROJECT / ".cache/tls"
+    tls = {
+        "vllm_service_tls_certificate": (tls_dir / "lb-backend-2.crt").read_text(),
+        "vllm_fleet_backend_tls_ca_certificate": (tls_dir / "ca.crt").read_text(),
+    }
+    other = backend("lb-backend-2")
+    address = re.search(r"server lb-backend-2-vllm-0 ([0-9.]+):8000", lb.file(config).content_string)[1]
+    backend_state("lb-backend-2", "drain")
+    try:
+        restart_fakes(other, "fake-vllm-tls", "tls")
+        assert move_endpoints("lb-backend-2", tls) != "0"
+        text = lb.file(config).content_string
+        for port in (8000, 8001):
+            line = f"server lb-backend-2-vllm-{port - 8000} {address}:{port} ssl verify required ca-file"
+            assert f"{line} /etc/haproxy/vllm-backend-ca.crt verifyhost lb-backend-2\n" in text, text
+        assert (
+            "server lb-backend-1-vllm-0 " in text
+            and " ssl " not in text.split("server lb-backend-1-vllm-0 ")[1].split("\n")[0]
+        )
+        assert (
+            lb.file("/etc/haproxy/vllm-backend-ca.crt").content_string.strip()
+            == tls["vllm_fleet_backend_tls_ca_certificate"].strip()
+        )
+        assert {admin(lb)[f"lb-backend-2-vllm-{i}"] for i in (0, 1)} == {DRAIN}, admin(lb)
+        assert move_endpoints("lb-backend-2", tls) == "0"  # a second run moves nothing
+        backend_state("lb-backend-2", "ready")
+        assert all_up(lb), server_stats(lb)
+        assert {"lb-backend-2:8000", "lb-backend-2:8001"} <= set(served_by(lb, requests=24))
+        # Another host's certificate from the same CA: HAProxy checks the name, the servers go DOWN.
+        restart_fakes(other, "fake-vllm-tls", "other")
+        assert wait_for(lambda: server_stats(lb)["lb-backend-2-vllm-0"]["status"].startswith("DOWN"), timeout=30), (
+            server_stats(lb)
+        )
+        assert set(served_by(lb, requests=12)) <= {"lb-backend-1:8000", "lb-backend-1:8001"}
+    finally:
+        # The way back (a rollback): plain stand-ins, plain server lines.
+        backend_state("lb-backend-2", "drain")
+        restart_fakes(other, "fake-vllm")
+        move_endpoints("lb-backend-2")
+        backend_state("lb-backend-2", "ready")
+    assert " ssl " not in lb.file(config).content_string
+    assert all_up(lb), server_stats(lb)
+
+
 def test_a_failed_dump_refuses_a_reload_but_never_blocks_a_stop(lb):
     backend_state("lb-backend-2", "drain")
     try:
