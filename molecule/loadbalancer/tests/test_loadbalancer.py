@@ -615,7 +615,7 @@ def test_a_changed_port_is_applied_and_a_new_server_starts_down(lb):
         assert states["lb-backend-2-vllm-1"][0] == DRAIN and states["lb-backend-2-vllm-1"][2] == 8002, states
         assert "lb-backend-2-extra" in states
         journal = lb.check_output(f"journalctl -u haproxy --no-pager --since '{since}'")
-        assert "address or port changed, DOWN until checked: vllm/lb-backend-2-vllm-1" in journal, journal
+        assert "address, port or TLS changed, DOWN until checked: vllm/lb-backend-2-vllm-1" in journal, journal
         assert "new, DOWN until checked: vllm/lb-backend-2-extra" in journal, journal
         assert "Server vllm/lb-backend-2-extra is DOWN, changed from server-state" in journal, journal
         assert wait_for(lambda: admin_states(lb)["lb-backend-2-extra"][1] == 2, timeout=20), admin_states(lb)
@@ -692,9 +692,13 @@ def test_tls_to_a_host_is_switched_in_its_window_and_verified(lb):
     other = backend("lb-backend-2")
     address = re.search(r"server lb-backend-2-vllm-0 ([0-9.]+):8000", lb.file(config).content_string)[1]
     backend_state("lb-backend-2", "drain")
+    since = lb.check_output("date '+%Y-%m-%d %H:%M:%S'")
     try:
         restart_fakes(other, "fake-vllm-tls", "tls")
         assert move_endpoints("lb-backend-2", tls) != "0"
+        # The reload's saved state would otherwise hand HAProxy the old srv_use_ssl (plain) and the old UP.
+        journal = lb.check_output(f"journalctl -u haproxy --no-pager --since '{since}'")
+        assert "TLS changed, DOWN until checked: vllm/lb-backend-2-vllm-0, vllm/lb-backend-2-vllm-1" in journal, journal
         text = lb.file(config).content_string
         for port in (8000, 8001):
             line = f"server lb-backend-2-vllm-{port - 8000} {address}:{port} ssl verify required ca-file"

@@ -21,9 +21,10 @@ and 3.0, also the port (the address comes from the configuration), so a changed 
 configuration would be replaced by the old one. Before the file is written, every line is fitted
 to the configuration it will be loaded with:
 
-- a server whose address or port changed keeps its administrative state (a drain or maintenance
-  set through the admin socket stays) and gets the configuration's port; it starts DOWN and gets
-  traffic once its health checks pass (what was UP was another endpoint);
+- a server whose address, port or TLS (`ssl` on its line; HAProxy takes srv_use_ssl from the file too)
+  changed keeps its administrative state (a drain or maintenance set through the admin socket stays)
+  and gets the configuration's port and TLS; it starts DOWN and gets traffic once its health checks
+  pass (what was UP was another endpoint);
 - a server the configuration adds starts DOWN in the same way;
 - a server the configuration no longer has is left out.
 
@@ -82,7 +83,8 @@ def say(message):
 
 
 def config_servers(text):
-    """{(backend, server): (address, port or None)} of every `server` line of a backend or listen section."""
+    """{(backend, server): (address, port or None, use_ssl "1" or "0")} of every `server` line of a backend or listen
+    section."""
     servers, proxy = {}, None
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].rstrip()
@@ -98,7 +100,7 @@ def config_servers(text):
         head, sep, tail = address.rpartition(":")
         if sep and tail.isdigit():
             address, port = head, tail
-        servers[(proxy, words[1])] = (address.strip("[]"), port)
+        servers[(proxy, words[1])] = (address.strip("[]"), port, "1" if "ssl" in words[3:] else "0")
     return servers
 
 
@@ -134,23 +136,28 @@ def fit(header, rows, servers):
             continue
         seen.add(key)
         be_ids[row["be_name"]] = row["be_id"]
-        address, port = servers[key]
+        address, port, use_ssl = servers[key]
         changed_address = _is_ip(address) and "srv_addr" in row and row["srv_addr"] != address
         changed_port = port is not None and "srv_port" in row and row["srv_port"] != port
-        if changed_address or changed_port:
+        # HAProxy also takes srv_use_ssl from the file: TLS turned on or off in the configuration would be undone.
+        changed_ssl = "srv_use_ssl" in row and row["srv_use_ssl"] != use_ssl
+        if changed_address or changed_port or changed_ssl:
             row = dict(row, **DOWN)
             if changed_address:
                 row["srv_addr"] = address
             if changed_port:
                 row["srv_port"] = port
+            if changed_ssl:
+                row["srv_use_ssl"] = use_ssl
             moved.append(f"{key[0]}/{key[1]}")
         out.append(row)
     added = []
-    for key, (address, port) in servers.items():
+    for key, (address, port, use_ssl) in servers.items():
         if key in seen or port is None:
             continue
         row = dict(
             NEW_SERVER,
+            srv_use_ssl=use_ssl,
             be_id=be_ids.get(key[0], "0"),
             be_name=key[0],
             srv_id="0",
@@ -250,7 +257,7 @@ def save(args):
 def notes(moved, added):
     text = ""
     if moved:
-        text += f"; address or port changed, DOWN until checked: {', '.join(moved)}"
+        text += f"; address, port or TLS changed, DOWN until checked: {', '.join(moved)}"
     if added:
         text += f"; new, DOWN until checked: {', '.join(added)}"
     return text
