@@ -15,7 +15,7 @@ description:
     replaced atomically, and unchanged (V(changed=false)) when it would hold the same.
   - V(absent) removes it; site.yml and upgrade.yml do so before they change a host, so a run lost half way
     leaves no record.
-version_added: "1.2.0"
+version_added: "2.0.0"
 options:
   path:
     description: The record file.

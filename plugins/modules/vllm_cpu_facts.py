@@ -14,7 +14,7 @@ description:
   - Also returns the operating system facts the roles read, with the values C(setup) gives (its own
     collectors for the C(distribution) and C(python) subsets, and C(architecture)), so plays that need
     no other fact run without C(gather_facts), one module run per host.
-version_added: "0.1.0"
+version_added: "1.0.0"
 options:
   root:
     description:

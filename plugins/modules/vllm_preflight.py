@@ -17,7 +17,7 @@ description:
     by each role's C(meta/argument_specs.yml) (strings from C(-e) are converted). Nothing on the host changes.
   - The preflight play (C(vllm.cpu_fleet.preflight)) calls it once per host with no O(sections); each role's own
     preflight task file calls it with that role's section, so both use one implementation of each check.
-version_added: "1.1.0"
+version_added: "2.0.0"
 options:
   sections:
     description:

@@ -17,7 +17,7 @@ description:
   - Nothing is removed without an active link. A directory is renamed away before it is removed, so an interrupted
     run never leaves a half-removed virtualenv under its name; the next run finishes the removal.
   - The decision is C(module_utils/vllm_prune.decide); C(roles/vllm_install/tasks/prune.yml) runs this module.
-version_added: "1.3.0"
+version_added: "2.0.0"
 options:
   root:
     description: The install root (C(vllm_install_root)).

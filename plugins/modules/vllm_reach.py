@@ -15,7 +15,7 @@ description:
     C(<source>: monitoring: cannot reach <target> (<address>) port <port> from the monitoring host (<why>); fix: ...).
   - The monitoring role's C(tasks_from=preflight) calls it on each monitoring host after the preflight play, with every
     planned vLLM instance, every node exporter and every load balancer's HAProxy exporter it will scrape.
-version_added: "1.3.0"
+version_added: "2.0.0"
 options:
   targets:
     description: The targets to connect to.

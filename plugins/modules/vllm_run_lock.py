@@ -15,7 +15,7 @@ description:
     and the refusal in C(msg), so a play can give back what it took on other hosts before it stops.
   - The lock is read, decided on and written under an exclusive C(flock); a free lock is an empty file.
   - The logic is C(module_utils/vllm_run_lock.py).
-version_added: "1.4.0"
+version_added: "2.0.0"
 options:
   path:
     description: The lock file (C(vllm_fleet_run_lock)).
