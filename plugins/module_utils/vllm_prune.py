@@ -245,6 +245,7 @@ def process_venvs(proc="/proc"):
     virtualenv its command line names is protected too.
     """
     used, units = {}, {}
+    own_root = _root_of(os.path.join(proc, "self"))
     for pid_dir in glob.glob(os.path.join(proc, "[0-9]*")):
         pid = os.path.basename(pid_dir)
         if pid == str(os.getpid()):
@@ -257,11 +258,14 @@ def process_venvs(proc="/proc"):
         # The whole cgroup path up to the unit: containers each have their own vllm@vllm-0.service.
         unit = re.search(r"^[^:]*:[^:]*:(\S*?(vllm@[^/\s]*\.service))", cgroup, re.MULTILINE)
         label = f"{unit[2]} (pid {pid})" if unit else f"pid {pid}"
-        seen = units.setdefault(unit[1], {"venvs": False, "unknown": []}) if unit else None
+        # A unit under another root directory (a container's) runs from that machine's paths: its libraries still
+        # protect what they name here, but one not readable yet stops nothing on this host.
+        foreign = own_root is not None and _root_of(pid_dir) not in (None, own_root)
+        seen = units.setdefault(unit[1], {"venvs": False, "unknown": []}) if unit and not foreign else None
         try:
             venvs = venvs_in_maps(_read(os.path.join(pid_dir, "maps")))
         except PermissionError:
-            if not unit:
+            if seen is None:
                 continue
             try:
                 if os.geteuid() != 0:
@@ -284,6 +288,15 @@ def process_venvs(proc="/proc"):
             seen["unknown"].append(f"{label}: a Python process that has loaded no virtualenv's libraries yet")
     problems = sorted(line for seen in units.values() if not seen["venvs"] for line in seen["unknown"])
     return used, problems
+
+
+def _root_of(pid_dir):
+    """(device, inode) of a process's root directory, or None where it cannot be read (a recorded tree)."""
+    try:
+        found = os.stat(os.path.join(pid_dir, "root"))
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _command_venv(pid_dir):

@@ -312,3 +312,28 @@ def test_the_real_proc_scan_finds_this_process_mapping_a_venv(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_starting_unit_of_another_root_stops_nothing_here(host, monkeypatch, tmp_path):
+    # A container's vLLM unit, starting (Python, no library mapped yet), seen from the host's /proc: its paths are
+    # the container's, so it blocks no removal on this host; the same unit under this host's root still does.
+    root, real, proc = host
+    make_venv(real, "0.31.0-x86_64")
+    make_venv(real, "0.32.0-x86_64")
+    (root / "current").symlink_to(root / "0.32.0-x86_64")
+    (proc / "self").mkdir()
+    (proc / "self" / "root").symlink_to("/")
+    container_root = tmp_path / "container-root"
+    container_root.mkdir()
+    fake_process(proc, 4247, "", cgroup="0::/machine.slice/libpod-1.scope/system.slice/vllm@vllm-0.service\n")
+    (proc / "4247" / "root").symlink_to(container_root)
+    monkeypatch.setattr(vllm_prune, "_is_python", lambda _pid_dir: True)
+    result = run(host, keep=1)
+    assert result["problems"] == [] and left(real) == ["0.32.0-x86_64", "current"]
+    # Under this host's own root, the same starting unit stops every removal.
+    make_venv(real, "0.31.0-x86_64")
+    fake_process(proc, 4248, "")
+    (proc / "4248" / "root").symlink_to("/")
+    result = run(host, keep=1)
+    assert not result["changed"] and "pid 4248" in result["problems"][0]
+    assert left(real) == ["0.31.0-x86_64", "0.32.0-x86_64", "current"]
