@@ -2,7 +2,6 @@
 
 import copy
 import functools
-import ipaddress
 import re
 from pathlib import Path
 from typing import ClassVar
@@ -21,6 +20,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     InvalidReleaseRowError,
     release_overrides,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import is_ip
 
 COLLECTION = Path(__file__).resolve().parents[2]
 ROLES = COLLECTION / "roles"
@@ -86,14 +86,6 @@ _TEMPLATE_MARKS = re.compile(r"\{[{%#]|[}%#]\}")
 _TAGGED_TYPE = re.compile(r"<class '(?:[\w.]+\.)?_?(?:AnsibleTagged|AnsibleLazyTemplate)?(\w+)'>")
 # Deeper than any chain of references in the roles: a loop (a: "{{ b }}", b: "{{ a }}") goes to Ansible, which says so.
 _MAX_REFERENCES = 20
-
-
-def _is_ip(text):
-    try:
-        ipaddress.ip_address(str(text))
-    except ValueError:
-        return False
-    return True
 
 
 def _type_name(match):
@@ -453,7 +445,7 @@ class ActionModule(ActionBase):
         """What the host's certificate must name: its inventory name (HAProxy's verifyhost, unless it is an address)
         and the addresses the load balancers and (with monitoring hosts) Prometheus use for it, where they render
         now (an address from facts not gathered yet is checked by the clients at the host's gate)."""
-        names = [] if _is_ip(host) else [host]
+        names = [] if is_ip(host) else [host]
         variables = [_render(templar, merged, merged.get("loadbalancer_backend_address_var", "ansible_host"))]
         monitoring = _render(templar, merged, merged.get("monitoring_group", "monitoring"))
         if task_vars.get("groups", {}).get(monitoring):

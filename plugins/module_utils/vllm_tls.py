@@ -33,7 +33,8 @@ def _blocks(text, kinds):
     return [m.group(0) for m in found if m.group(1) in kinds], bool(rest) or any(m.group(1) not in kinds for m in found)
 
 
-def _is_ip(text):
+def is_ip(text):
+    """Whether text is an IP address (a certificate names it as such, HAProxy's verifyhost cannot check it)."""
     try:
         ipaddress.ip_address(str(text))
     except ValueError:
@@ -48,7 +49,7 @@ def _covers(certificate, name):
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return False
-    if _is_ip(name):
+    if is_ip(name):
         return ipaddress.ip_address(name) in names.get_values_for_type(x509.IPAddress)
     wanted = str(name).lower().rstrip(".")
     for dns in names.get_values_for_type(x509.DNSName):
@@ -158,7 +159,7 @@ def tls_problems(host, certificate_pem, key_pem, ca_pem, names, now=None):
         problems.append(
             f"{host}: vllm_service_tls_certificate: its subject alternative names do not cover {', '.join(missing)}"
             " (the load balancers check the host's name, the monitoring hosts the address they scrape); fix: give a"
-            " certificate naming " + ", ".join(("IP:" if _is_ip(name) else "DNS:") + name for name in missing) + "."
+            " certificate naming " + ", ".join(("IP:" if is_ip(name) else "DNS:") + name for name in missing) + "."
         )
     return problems
 
