@@ -28,9 +28,10 @@ if ! cmp -s "$wanted" "$conf"; then
   install -D -m 0644 "$wanted" "$conf"
 fi
 
-if [ ! -x "$venv/bin/python" ]; then
+# A venv an interrupted run left without pip is made again.
+if [ ! -x "$venv/bin/python" ] || [ ! -x "$venv/bin/pip" ]; then
   echo "bootstrap: creating $venv"
-  python3 -m venv "$venv"
+  python3 -m venv --clear "$venv"
 fi
 stamp="$venv/.requirements.sha256"
 want=$(sha256sum "$repo/requirements.txt" | cut -d' ' -f1)
