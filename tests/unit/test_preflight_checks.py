@@ -1251,3 +1251,20 @@ def test_the_tls_flags_are_the_roles(flag):
     v = service_vars(vllm_service_extra_args=[flag, "/tmp/x.pem"])
     problems = checks.service("h", v, FACTS, PLAN, service_probe(), [], controller_file=lambda p: True)
     assert any(f"{flag}: vllm_service_tls_" in p for p in problems), problems
+
+
+def test_every_pem_option_may_span_lines():
+    # A PEM text goes to a file of its own: one_line() must not refuse it (the serve scenario's first converge with
+    # instance certificates did, before the TLS options were listed).
+    pem = set()
+    for spec in (REPO / "roles").glob("*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
+            for name, option in entry.get("options", {}).items():
+                if "PEM" in str(option.get("description", "")):
+                    pem.add(name)
+    assert {
+        "loadbalancer_tls_certificate",
+        "vllm_service_tls_certificate",
+        "vllm_fleet_backend_tls_ca_certificate",
+    } <= pem
+    assert pem <= set(checks.MULTI_LINE_OPTIONS), pem - set(checks.MULTI_LINE_OPTIONS)
