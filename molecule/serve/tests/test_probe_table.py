@@ -114,7 +114,8 @@ def fleet(host, request):
     for line in host.check_output("ss -Hltnp").splitlines():
         port = int(line.split()[3].rpartition(":")[2])
         if port not in ports and "sshd" not in line:
-            (exporters if "exporter" in line else others).add(port)
+            # Debian's node exporter runs as prometheus-node-exporter (ss shows its comm, "prometheus-node").
+            (exporters if "prometheus" in line or "exporter" in line else others).add(port)
     lb_address = get_host("serve-lb", request).interface("eth0").addresses[0]
     return {"own": own, "ports": sorted(ports), "others": sorted(others), "exporters": sorted(exporters), "key": key,
             "lb": lb_address}  # fmt: skip
