@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the venv's ansible and ansible-playbook
 VAULT = ["--vault-id", "demo@inventories/demo.vault-password"]
 PLAIN = {"vllm_service_tls_certificate": "", "vllm_fleet_backend_network_trusted": True}
 
@@ -44,7 +45,7 @@ def lb_url():
 def api_key(work):
     """The demo's key, from the vault, into a 0600 file loadgen reads (never on a command line)."""
     key = subprocess.run(
-        ["ansible", "localhost", "-i", "inventories/demo", *VAULT, "-m", "ansible.builtin.debug",
+        [str(BIN / "ansible"), "localhost", "-i", "inventories/demo", *VAULT, "-m", "ansible.builtin.debug",
          "-a", "var=demo_vault_api_key", "-o"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
@@ -69,7 +70,7 @@ def load(name, args, work, key_file):
 
 
 def site(extra, demo_args):
-    run(["ansible-playbook", *VAULT, "site.yml", *demo_args, *(["-e", json.dumps(extra)] if extra else [])])
+    run([str(BIN / "ansible-playbook"), *VAULT, "site.yml", *demo_args, *(["-e", json.dumps(extra)] if extra else [])])
 
 
 def table(results, args):
@@ -109,6 +110,7 @@ def main():
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--no-return", action="store_true", help="leave the fleet on plain HTTP (no third run)")
     parser.add_argument("demo_args", nargs="*", help="after --: what the demo got, e.g. -e vllm_install_source=index")
     args = parser.parse_args()
     work = REPO / "reports" / "backend-tls-cost"
@@ -117,8 +119,9 @@ def main():
     results = {"TLS (as converged)": load("tls", args, work, key_file)}
     site(PLAIN, args.demo_args)
     results["plain HTTP"] = load("plain", args, work, key_file)
-    site(None, args.demo_args)
-    results["TLS again"] = load("tls-again", args, work, key_file)
+    if not args.no_return:
+        site(None, args.demo_args)
+        results["TLS again"] = load("tls-again", args, work, key_file)
     text = table(results, args)
     print(text)
     (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
