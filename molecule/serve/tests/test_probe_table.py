@@ -110,12 +110,15 @@ def fleet(host, request):
     secrets = host.file("/etc/vllm/secrets.env").content_string
     key = json.loads(re.search(r"^VLLM_SERVICE_API_KEY=(.*)$", secrets, re.M)[1])
     ports = {i["port"] for i in plan["instances"]}
-    others, exporters = set(), set()
-    for line in host.check_output("ss -Hltnp").splitlines():
+    # The exporters are what the monitoring host scrapes here besides the instances. `ss` cannot name them: without
+    # CAP_SYS_PTRACE a container's root does not see another user's sockets' processes.
+    scraped = get_host("serve-mon", request).file("/etc/prometheus/prometheus.yml").content_string
+    exporters = {int(port) for port in re.findall(rf"['\"]{re.escape(own)}:(\d+)['\"]", scraped)} - ports
+    others = set()
+    for line in host.check_output("ss -Hltn").splitlines():
         port = int(line.split()[3].rpartition(":")[2])
-        if port not in ports and "sshd" not in line:
-            # Debian's node exporter runs as prometheus-node-exporter (ss shows its comm, "prometheus-node").
-            (exporters if "prometheus" in line or "exporter" in line else others).add(port)
+        if port not in ports | exporters | {22}:
+            others.add(port)
     lb_address = get_host("serve-lb", request).interface("eth0").addresses[0]
     return {"own": own, "ports": sorted(ports), "others": sorted(others), "exporters": sorted(exporters), "key": key,
             "lb": lb_address}  # fmt: skip
