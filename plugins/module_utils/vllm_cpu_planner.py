@@ -483,6 +483,7 @@ def _plan(facts, options):
         "isa_class": facts["isa_class"],
         "mode": "tp" if any(g["tp"] > 1 for g in groups) else "dp",
         "instances": instances,
+        "unit_memory": _unit_memory(instances, opts),
         # Nodes with allowed CPUs left idle: no memory this process may allocate there for a rank.
         "numa_nodes_without_memory": topo.without_memory,
         "build": _build(facts, release, opts, problems),
@@ -916,6 +917,20 @@ def _instance(index, group, topo, release, installed, facts, opts):
             "iomp": facts["arch"] == "x86_64" and not release["preloads_iomp"],
         },
         "env": env,
+    }
+
+
+def _unit_memory(instances, opts):
+    """The vllm@ unit's memory limits (one unit template serves every instance, so the largest instance's need):
+    TP ranks x (KV cache + runtime overhead) + the whole model's weights; reclaimed above +25 %, killed above +50 %."""
+    need = max(
+        i["tp"] * (i["kvcache_gib"] + float(opts["runtime_overhead_gib"])) + float(opts["model_size_gib"])
+        for i in instances
+    )
+    return {
+        "need_gib": round(need, 2),
+        "high_mib": math.ceil(need * 1.25 * 1024),
+        "max_mib": math.ceil(need * 1.5 * 1024),
     }
 
 
