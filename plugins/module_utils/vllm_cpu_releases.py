@@ -1,8 +1,8 @@
 """What each supported vLLM release needs and means on CPU: the one version table.
 
 The rows live in vllm_cpu_releases.json beside this module, generated from each
-release's own sdist by the release probe (vllm_cpu_release_probe.py,
-tools/vllm_release_probe.py) and checked against the sdists by
+release's own sdist by the release probe (vllm_cpu_release_probe.py;
+its command line tools/vllm_release_probe.py, run by playbooks/release_probe.yml) and checked against the sdists by
 tests/integration/test_release_table.py; docs/vllm-releases.md cites file and
 line for every change of meaning. What is not in a release's source (the
 patches this project carries for old compilers) is added here. An inventory
@@ -97,7 +97,20 @@ def _built_in(version, row):
 
 RELEASES = {version: _built_in(version, row) for version, row in _ROWS.items()}
 
-PROBE_COMMAND = "python tools/vllm_release_probe.py {version} --as-inventory > group_vars/all/vllm_release.yml"
+# The release probe as the fix messages name it: a playbook of this collection, so the same command works from a
+# checkout and from an installed copy (tools/ is not on an operator's path).
+PROBE_COMMAND = (
+    "ansible-playbook vllm.cpu_fleet.release_probe -e vllm_release_probe_version={version}"
+    " -e vllm_release_probe_dest=group_vars/all/vllm_release.yml"
+)
+
+
+def probe_command(version):
+    """PROBE_COMMAND for ``version``, or for X.Y.Z when it is not a release version the probe takes."""
+    text = str(version)
+    return PROBE_COMMAND.format(version=text if re.fullmatch(r"\d+\.\d+\.\d+", text) else "X.Y.Z")
+
+
 OVERRIDES_VARIABLE = "vllm_release_overrides"
 
 # The row format: key -> check(value) returning an error text or None.
@@ -332,7 +345,7 @@ ROW_OPTIONAL = {"gcc_workarounds": {}, "prebuilt": {}, "wheel_only": None}
 def validate_row(version, row, where=OVERRIDES_VARIABLE):
     """Every problem with one row ([] when it is in the table's format)."""
     name = f"{where}[{version!r}]"
-    fix = f"fix: regenerate the row with `{PROBE_COMMAND.format(version=version)}`"
+    fix = f"fix: regenerate the row with `{probe_command(version)}`"
     if not isinstance(row, dict):
         return [f"{name}: not a dict of the release table's keys; {fix}"]
     problems = []
@@ -375,7 +388,7 @@ def table(overrides=None):
     if not overrides:
         return RELEASES
     if not isinstance(overrides, dict):
-        fix = f"fix: generate it with `{PROBE_COMMAND.format(version='X.Y.Z')}`"
+        fix = f"fix: generate it with `{probe_command('X.Y.Z')}`"
         raise InvalidReleaseRowError([f"{OVERRIDES_VARIABLE}: {_shown(overrides)} is not a dict; {fix}"])
     merged = dict(RELEASES)
     problems = []
@@ -417,7 +430,7 @@ def normalize_version(version, overrides=None):
         raise UnknownReleaseError(
             f"vLLM version {version!r} is not supported; supported versions: "
             f"{', '.join(supported_versions(overrides))}; for a newer tag, derive its row from the release's "
-            f"source without a code change: `{PROBE_COMMAND.format(version=text or 'X.Y.Z')}` "
+            f"source without a code change: `{probe_command(text)}` "
             f"(sets {OVERRIDES_VARIABLE})"
         )
     return text

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
@@ -22,6 +23,16 @@ GIB = 1073741824
 WHEELHOUSE_SLACK_BYTES = 268435456
 # A build class name: one path component, nothing a shell or a path would read otherwise.
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
+# scripts/wheelhouse.sh by its path in this copy of the collection (a checkout or an installed one; preflight runs
+# on the controller): the fix names a command that runs from any directory, into the wheelhouse preflight read.
+WHEELHOUSE_SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))), "scripts", "wheelhouse.sh"
+)
+
+
+def wheelhouse_command(wheelhouse, *args):
+    """The shell command that fills ``wheelhouse`` (controller directory) with ``args``."""
+    return shlex.join(["bash", WHEELHOUSE_SCRIPT, "--dest", str(wheelhouse), *map(str, args)])
 
 
 def _read_json(path):
@@ -47,25 +58,27 @@ def _wheelhouse(host, v, arch, probe, out):
         return [
             f"{host}: '{v['vllm_install_python']}' is Python {probe['python_version']} ({probe['python_tag']}), but"
             f" the wheelhouse {wheelhouse} holds vLLM {version} for {', '.join(tags) or 'no Python at all'}. Fix: fill"
-            f" it for this Python on the controller (bash scripts/wheelhouse.sh --vllm {version} --python"
-            f" {probe['python_version']}; {out['vllm_install_torch']} must exist for it), or set vllm_install_python"
+            f" it for this Python on the controller"
+            f" ({wheelhouse_command(wheelhouse, '--vllm', version, '--python', probe['python_version'])};"
+            f" {out['vllm_install_torch']} must exist for it), or set vllm_install_python"
             f" to a Python {pythons} on this host, or set vllm_install_deps_source: index."
         ]
     manifest = _read_json(manifest_path)
     misfits = []
     if v["vllm_install_source"] != "wheel" and manifest.get("vllm_dist") != v["vllm_install_package"]:
         misfits.append(
-            f"it holds {manifest.get('vllm_dist')}, not vllm_install_package={v['vllm_install_package']} (bash"
-            f" scripts/wheelhouse.sh --dist {v['vllm_install_package']} --vllm {version})"
+            f"it holds {manifest.get('vllm_dist')}, not vllm_install_package={v['vllm_install_package']}"
+            f" ({wheelhouse_command(wheelhouse, '--dist', v['vllm_install_package'], '--vllm', version)})"
         )
     if manifest.get("arch") != arch:
         misfits.append(f"it is for {manifest.get('arch')}, this host is {arch}")
     platform = str(manifest.get("platform", ""))
     needed_glibc = re.sub(r"^manylinux_(\d+)_(\d+)_.*$", r"\1.\2", platform)
     if _glibc_tuple(probe["glibc"]) < _glibc_tuple(needed_glibc):
+        glibc_tag = (probe["glibc"] or "2.17").replace(".", "_")
         misfits.append(
-            f"its wheels need glibc >= {needed_glibc} ({platform}), this host has {probe['glibc'] or 'none'} (bash"
-            f" scripts/wheelhouse.sh --platform manylinux_{(probe['glibc'] or '2.17').replace('.', '_')}_{arch})"
+            f"its wheels need glibc >= {needed_glibc} ({platform}), this host has {probe['glibc'] or 'none'}"
+            f" ({wheelhouse_command(wheelhouse, '--platform', f'manylinux_{glibc_tag}_{arch}')})"
         )
     asked = v["vllm_install_torch_requirement"]
     torch_wheel = str(manifest.get("torch_wheel", ""))
@@ -81,8 +94,8 @@ def _wheelhouse(host, v, arch, probe, out):
     ]
     if missing:
         return [
-            f"{host}: the wheelhouse misses {', '.join(missing)}; run bash scripts/wheelhouse.sh --vllm {version}"
-            f" --python {probe['python_version']} again."
+            f"{host}: the wheelhouse misses {', '.join(missing)}; run"
+            f" {wheelhouse_command(wheelhouse, '--vllm', version, '--python', probe['python_version'])} again."
         ]
     out.update(
         vllm_install_manifest_path=manifest_path,

@@ -8,15 +8,18 @@ import ast
 import subprocess
 import sys
 import tarfile
+import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = REPO / ".cache" / "sources"
 WORKAROUND_DIR = REPO / "roles" / "vllm_build" / "files" / "patches"
-TRITON_FALLBACK = REPO / "patches" / "vllm-0.32.0" / "01-cpu-triton-fallback-signature.patch"
+# Shipped with the role too, picked by vllm_build_shipped_patches (the argument spec's choices).
+TRITON_FALLBACK = WORKAROUND_DIR / "vllm-0.32.0" / "01-cpu-triton-fallback-signature.patch"
 FILES = [
     "cmake/cpu_extension.cmake",
     "csrc/cpu/sgl-kernels/flash_mla.cpp",
@@ -49,17 +52,21 @@ def _sdist(version):
     return path
 
 
-@pytest.fixture(params=["0.32.0", "0.33.0"])
-def tree(request, tmp_path):
-    version = request.param
+def _extract(version, root):
+    """The files the patches touch, from the release's sdist, under root."""
     prefix = f"vllm-{version}/"
     with tarfile.open(_sdist(version)) as sdist:
         for name in FILES:
             member = sdist.getmember(prefix + name)
-            target = tmp_path / name
+            target = root / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(sdist.extractfile(member).read())
-    return version, tmp_path
+    return root
+
+
+@pytest.fixture(params=["0.32.0", "0.33.0"])
+def tree(request, tmp_path):
+    return request.param, _extract(request.param, tmp_path)
 
 
 def _patch(tree, patch_file, dry_run=False):
@@ -116,3 +123,62 @@ def test_triton_fallback_patch_makes_0_32_take_the_kernels_arguments(tree):
     result = _patch(root, TRITON_FALLBACK)
     assert result.returncode == 0, result.stdout + result.stderr
     assert _fallback_params(root) == kernel
+
+
+# ---- the role finds the patches it ships from itself
+
+SPEC = yaml.safe_load((REPO / "roles" / "vllm_build" / "meta" / "argument_specs.yml").read_text())
+SHIPPED_CHOICES = SPEC["argument_specs"]["main"]["options"]["vllm_build_shipped_patches"]["choices"]
+
+
+def test_every_shipped_patch_is_a_choice_or_the_release_tables():
+    on_disk = {str(path.relative_to(WORKAROUND_DIR)) for path in WORKAROUND_DIR.rglob("*.patch")}
+    table = {entry["patch"] for version in ("0.31.0", "0.32.0", "0.33.0")
+             for entry in release_info(version)["gcc_workarounds"]["12.2"]}  # fmt: skip
+    assert table | set(SHIPPED_CHOICES) == on_disk
+    assert not table & set(SHIPPED_CHOICES)
+    assert str(TRITON_FALLBACK.relative_to(WORKAROUND_DIR)) in SHIPPED_CHOICES
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_the_role_applies_a_shipped_patch_after_the_gcc_workaround(tmp_path, version):
+    """roles/vllm_build/tasks/patches.yml with the gcc 12.2 workaround (as build_class.yml sets it) and the shipped
+    triton backport picked by name: the role finds both in its own files/patches/, in that order."""
+    src = _extract(version, tmp_path / "work" / "src")
+    workaround = release_info(version)["gcc_workarounds"]["12.2"]
+    playbook = tmp_path / "patches.yml"
+    playbook.write_text(
+        textwrap.dedent(
+            f"""\
+            - hosts: localhost
+              gather_facts: false
+              tasks:
+                - ansible.builtin.include_role:
+                    name: vllm.cpu_fleet.vllm_build
+                    tasks_from: patches
+                  vars:
+                    vllm_build_dir: {tmp_path / "work"}
+                    vllm_build_workaround_patches: {[{"patch": entry["patch"]} for entry in workaround]}
+                    vllm_build_shipped_patches: [vllm-0.32.0/01-cpu-triton-fallback-signature.patch]
+                    vllm_build_release: {{version: "{version}"}}
+            """
+        )
+    )
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if version == "0.33.0":  # fixed upstream: the backport does not apply, and the role says which patch
+        assert result.returncode != 0
+        assert "PATCH DOES NOT APPLY CLEANLY: 03-01-cpu-triton-fallback-signature.patch" in result.stdout
+        assert not src.exists()
+        return
+    assert result.returncode == 0, result.stdout[-3000:]
+    record = [line.split()[0] for line in (src / ".vllm-fleet-patches").read_text().split(", ")]
+    assert record == [
+        "01-01-x86-gcc-check-12.2.patch",
+        "02-02-flash-mla-static-constexpr.patch",
+        "03-01-cpu-triton-fallback-signature.patch",
+    ]
+    assert _fallback_params(src) == [name.removesuffix("_ptr") for name in _kernel_params(src)]

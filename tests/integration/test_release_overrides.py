@@ -106,14 +106,14 @@ def test_a_bad_row_names_the_variable_version_and_key(tmp_path, machine_root):
     assert result.returncode != 0
     out = result.stdout + result.stderr
     assert "vllm_release_overrides['0.34.0'].min_gcc" in out, out
-    assert "tools/vllm_release_probe.py 0.34.0 --as-inventory" in out
+    assert "vllm.cpu_fleet.release_probe -e vllm_release_probe_version=0.34.0" in out
 
 
 def test_an_unknown_release_names_the_probe(tmp_path, machine_root):
     result = _run(tmp_path, machine_root, "---\n{}\n", version="0.35.0")
     assert result.returncode != 0
     out = result.stdout + result.stderr
-    assert "vllm_version" in out and "tools/vllm_release_probe.py 0.35.0 --as-inventory" in out, out
+    assert "vllm_version" in out and "vllm.cpu_fleet.release_probe -e vllm_release_probe_version=0.35.0" in out, out
 
 
 # ----------------------------------------------------------------- through preflight (what upgrade.yml runs first)
@@ -161,14 +161,14 @@ def test_a_release_only_in_the_inventory_passes_preflight(tmp_path, machine_root
     assert "vLLM 0.34.0 needs gcc >= 12.3" in unpatched and "fix:" in unpatched, unpatched
     bad = failure_of(output, "bad-row")
     assert "vllm_release_overrides['0.34.0'].torch_plus_cpu_arches" in bad, bad
-    assert "tools/vllm_release_probe.py 0.34.0 --as-inventory" in bad
+    assert "vllm.cpu_fleet.release_probe -e vllm_release_probe_version=0.34.0" in bad
     bad_env = failure_of(output, "bad-env-name")
     assert "vllm_release_overrides['0.34.0'].build_isa_env: " in bad_env, bad_env
     assert "x86_64: 'X\\ntouch /tmp/p\\nY' is not a variable name VLLM_CPU_*" in bad_env, bad_env
     unknown = failure_of(output, "unknown")
     assert "unknown: vllm_version: vLLM version '0.35.0' is not supported" in unknown, unknown
     assert "supported versions: 0.13.0" in unknown and "0.34.0" in unknown
-    assert "tools/vllm_release_probe.py 0.35.0 --as-inventory" in unknown
+    assert "vllm.cpu_fleet.release_probe -e vllm_release_probe_version=0.35.0" in unknown
 
 
 def _calls(text, name):

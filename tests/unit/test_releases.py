@@ -179,7 +179,7 @@ def test_unknown_version_lists_supported_and_names_the_probe():
     with pytest.raises(UnknownReleaseError, match=r"0\.13\.0, 0\.14\.0, .*0\.33\.0") as err:
         release_info("0.34.0")
     assert isinstance(err.value, ValueError)
-    assert "tools/vllm_release_probe.py 0.34.0 --as-inventory" in str(err.value)
+    assert "vllm.cpu_fleet.release_probe -e vllm_release_probe_version=0.34.0" in str(err.value)
     assert "vllm_release_overrides" in str(err.value)
 
 
@@ -293,7 +293,7 @@ def test_a_bad_override_names_the_variable_the_key_and_the_probe(change, words):
         release_info("0.34.0", {"0.34.0": _row(**change)})
     assert words in str(err.value)
     assert "vllm_release_overrides['0.34.0']" in str(err.value)
-    assert "tools/vllm_release_probe.py 0.34.0 --as-inventory" in str(err.value)
+    assert "vllm.cpu_fleet.release_probe -e vllm_release_probe_version=0.34.0" in str(err.value)
 
 
 def test_a_missing_key_is_named():
@@ -301,7 +301,8 @@ def test_a_missing_key_is_named():
     del row["min_gcc"]
     assert validate_row("0.34.0", row) == [
         "vllm_release_overrides['0.34.0']: missing key min_gcc; fix: regenerate the row with "
-        "`python tools/vllm_release_probe.py 0.34.0 --as-inventory > group_vars/all/vllm_release.yml`"
+        "`ansible-playbook vllm.cpu_fleet.release_probe -e vllm_release_probe_version=0.34.0"
+        " -e vllm_release_probe_dest=group_vars/all/vllm_release.yml`"
     ]
 
 
@@ -473,14 +474,15 @@ def test_a_bad_cpu_libraries_row_is_named(value):
     with pytest.raises(InvalidReleaseRowError) as err:
         release_info("0.34.0", {"0.34.0": _row(cpu_libraries=value)})
     assert "vllm_release_overrides['0.34.0'].cpu_libraries:" in str(err.value)
-    assert "fix: regenerate the row with `python tools/vllm_release_probe.py 0.34.0 --as-inventory" in str(err.value)
+    fix = "regenerate the row with `ansible-playbook vllm.cpu_fleet.release_probe -e vllm_release_probe_version=0.34.0 "
+    assert fix in str(err.value)
 
 
 def test_bad_wheel_libraries_input_is_named():
     message = r"^arch: 5 is not an architecture name; fix: pass ansible_facts\.vllm_cpu\.arch$"
     with pytest.raises(ValueError, match=message):
         wheel_libraries("0.32.0", 5)
-    with pytest.raises(UnknownReleaseError, match=r"tools/vllm_release_probe\.py 0\.12\.0 --as-inventory"):
+    with pytest.raises(UnknownReleaseError, match=r"release_probe -e vllm_release_probe_version=0\.12\.0 "):
         wheel_libraries("0.12.0", "x86_64")
 
 

@@ -47,7 +47,7 @@ def test_torch_pin_is_the_release_tables():
 def test_an_unknown_release_is_refused_naming_the_probe_and_the_option():
     with pytest.raises(wheelhouse.Refused) as err:
         wheelhouse.torch_pin("0.99.0", "x86_64")
-    assert "vllm_release_probe.py 0.99.0 --as-inventory" in str(err.value)
+    assert "release_probe -e vllm_release_probe_version=0.99.0" in str(err.value)
     assert "--release-overrides" in str(err.value)
 
 
@@ -61,7 +61,7 @@ def test_overrides_without_the_versions_row_are_named_as_lacking_it(tmp_path):
     with pytest.raises(wheelhouse.Refused) as err:
         wheelhouse.torch_pin("0.99.0", "x86_64", path)
     assert f"--release-overrides {path} has no row for 0.99.0" in str(err.value)
-    assert "vllm_release_probe.py 0.99.0 --as-inventory" in str(err.value)
+    assert "release_probe -e vllm_release_probe_version=0.99.0" in str(err.value)
 
 
 def test_a_bad_override_row_is_refused_naming_the_file_and_key(tmp_path):
