@@ -429,9 +429,8 @@ def normalize_version(version, overrides=None):
     if text not in table(overrides):
         raise UnknownReleaseError(
             f"vLLM version {version!r} is not supported; supported versions: "
-            f"{', '.join(supported_versions(overrides))}; for a newer tag, derive its row from the release's "
-            f"source without a code change: `{probe_command(text)}` "
-            f"(sets {OVERRIDES_VARIABLE})"
+            f"{', '.join(supported_versions(overrides))}; a newer tag's row comes from its source: "
+            f"`{probe_command(text)}` (sets {OVERRIDES_VARIABLE})"
         )
     return text
 

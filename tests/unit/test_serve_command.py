@@ -107,7 +107,7 @@ def test_numbers_from_yaml_become_words():
 
 
 def test_an_unknown_release_names_the_probe():
-    with pytest.raises(UnknownReleaseError, match=r"tools/vllm_release_probe.py 0.99.0 --as-inventory"):
+    with pytest.raises(UnknownReleaseError, match=r"release_probe -e vllm_release_probe_version=0\.99\.0 "):
         serve_command("0.99.0", "vllm", VENV, MODEL)
 
 
