@@ -92,7 +92,14 @@ def systemd_exec_start(argv):
     """
     if not argv or not isinstance(argv[0], str) or not argv[0].startswith("/"):
         raise ServeCommandError(f"ExecStart: {argv[:1]!r} is not an absolute executable path")
-    return " ".join(_systemd_word(word) for word in argv)
+    return systemd_words(argv)
+
+
+def systemd_words(words):
+    """``words`` as command-line words of a unit file, each read back unchanged: systemd's ExecStart= and Quadlet's
+    Exec= and PodmanArgs= (podman-systemd.unit(5): split and unquoted as systemd does, then written into the
+    generated ExecStart=, where systemd expands %-specifiers and $VARIABLES)."""
+    return " ".join(_systemd_word(word) for word in words)
 
 
 def _systemd_word(word):
