@@ -9,6 +9,7 @@ from typing import ClassVar
 import yaml
 from ansible.errors import AnsibleError, AnsibleUndefinedVariable
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
 from ansible.template import is_trusted_as_template, trust_as_template
@@ -24,7 +25,17 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import is_
 
 COLLECTION = Path(__file__).resolve().parents[2]
 ROLES = COLLECTION / "roles"
-SECTIONS = ("plan", "toolchain", "build_host", "install", "service", "rollout", "loadbalancer", "monitoring")
+SECTIONS = (
+    "plan",
+    "toolchain",
+    "build_host",
+    "install",
+    "service",
+    "rollout",
+    "container",
+    "loadbalancer",
+    "monitoring",
+)
 SECTION_ROLES = {
     "plan": "vllm_plan",
     "toolchain": "toolchain",
@@ -32,6 +43,7 @@ SECTION_ROLES = {
     "install": "vllm_install",
     "service": "vllm_service",
     "rollout": "rollout",
+    "container": "vllm_image",
     "loadbalancer": "loadbalancer",
     "monitoring": "monitoring",
 }
@@ -47,6 +59,7 @@ DERIVED_INPUTS = (
     "vllm_install_wanted",
     "vllm_install_manifest",
     "vllm_build_release",
+    "vllm_image_inputs",
 )
 # The OS facts the roles and inventories read (setup's values), for the converged digest.
 OS_FACTS = (
@@ -295,9 +308,37 @@ class ActionModule(ActionBase):
             host in builders or not builders
         ):
             sections.append("build_host")
+        serving, building = ActionModule._container_roles(host, task_vars, merged, templar)
         if is_vllm_host:
-            sections += ["install", "service", "rollout"]
+            # A container host installs no venv: the image is its install (the container room).
+            sections += ["service", "rollout"] if serving else ["install", "service", "rollout"]
+        if serving or building:
+            sections.append("container")
         return sections
+
+    @staticmethod
+    def _container_roles(host, task_vars, merged, templar):
+        """(serving, building): whether this host serves from a container (vllm_service_mode), and whether it may
+        build the fleet's image (a host of the image builders' group, or a vLLM host where there is none) while any
+        vLLM host of the inventory serves from one (its inventory value: the default is venv)."""
+        groups = task_vars.get("groups", {})
+        vllm_hosts = groups.get("vllm_hosts", [])
+        serving = (
+            host in vllm_hosts and _render(templar, merged, merged.get("vllm_service_mode", "venv")) == "container"
+        )
+        builders = groups.get(_render(templar, merged, merged.get("vllm_image_builders_group", "builders")), [])
+        if not (host in builders or (not builders and host in vllm_hosts)):
+            return serving, False
+        hostvars = task_vars.get("hostvars", {})
+        containers = serving
+        for name in vllm_hosts:
+            if containers:
+                break
+            try:
+                containers = str(hostvars[name].get("vllm_service_mode", "venv")) == "container"
+            except (KeyError, AnsibleError):
+                continue
+        return serving, containers
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -310,7 +351,10 @@ class ActionModule(ActionBase):
         sections = args["sections"] or self._sections(host, task_vars, merged, templar)
 
         problems, warnings, v = [], [], {}
-        for role in dict.fromkeys([SHARED_ROLE] + [SECTION_ROLES[name] for name in sections]):
+        # The container room reads the service's inputs too (the model source, the keys, the extra environment).
+        serves = "container" in sections and host in task_vars.get("groups", {}).get("vllm_hosts", [])
+        typed = [SHARED_ROLE, *(SECTION_ROLES[name] for name in sections), *(["vllm_service"] if serves else [])]
+        for role in dict.fromkeys(typed):
             values, found = self._typed(host, role, merged, templar)
             v.update(values)
             problems += found
@@ -418,6 +462,22 @@ class ActionModule(ActionBase):
             problems += checks.service(host, v, facts, host_plan, probe["service"], loadbalancers)
         if "rollout" in sections:
             problems += checks.rollout(host, v)
+        if "service" in sections:
+            problems += checks.mode_knobs(host, v["vllm_service_mode"], self._set_knobs(task_vars))
+        if "container" in sections:
+            serving, building = self._container_roles(host, task_vars, merged, templar)
+            found, out = checks.container(
+                host,
+                v,
+                facts,
+                host_plan if serving else None,
+                probe["container"],
+                serving=serving,
+                building=building,
+                wheel_pending=boolean(_render(templar, merged, merged.get("vllm_install_wheel_pending", False))),
+            )
+            problems += found
+            new_facts.update(out)
         if "monitoring" in sections:
             watchers = task_vars.get("groups", {}).get(v["monitoring_group"], [])
             problems += checks.monitoring_platform(host, facts, host in watchers)
@@ -435,7 +495,9 @@ class ActionModule(ActionBase):
                 "recorded": recorded,
                 "full_converge": v["vllm_fleet_full_converge"],
                 "record": v["vllm_fleet_converged_record"],
-                "installs_wheel": "service" in sections and v["vllm_install_source"] == "wheel",
+                # A container host needs its builder too: the image is made there.
+                "installs_wheel": "service" in sections
+                and (v["vllm_install_source"] == "wheel" or v["vllm_service_mode"] == "container"),
             }
         result.update(changed=False, ansible_facts=new_facts)
         return result
@@ -488,7 +550,7 @@ class ActionModule(ActionBase):
         peers = []
         if "service" in sections:
             peers += groups.get(v["vllm_service_loadbalancer_group"], [])
-            if v["vllm_install_source"] == "wheel":
+            if v["vllm_install_source"] == "wheel" or v.get("vllm_service_mode") == "container":
                 peers += groups.get("builders", [])
         if "loadbalancer" in sections:
             peers += groups.get(v["loadbalancer_backend_group"], [])
@@ -518,7 +580,20 @@ class ActionModule(ActionBase):
             }
         if "service" in sections:
             spec["service"] = {"user": v["vllm_service_user"], "listen_address": v["vllm_service_listen_address"]}
+        if "container" in sections:
+            spec["container"] = checks.container_probe_spec(v)
         return spec
+
+    @staticmethod
+    def _set_knobs(task_vars):
+        """The knobs of one mode the inventory (or -e) sets to other than their role default, as written: the
+        container room refuses those of the other mode."""
+        defaults = _role_defaults()
+        return sorted(
+            name
+            for name in (*checks.VENV_ONLY, *checks.CONTAINER_ONLY)
+            if name in task_vars and task_vars[name] != defaults.get(name)
+        )
 
     @staticmethod
     def _facts_failure(module, merged, templar):

@@ -13,6 +13,10 @@
   the effective capabilities, and whether /sys/fs/cgroup is cgroup v2.
 - ``converged``: {path} -> the converged record there and whether its witnesses still hold
   (module_utils/vllm_converged.py).
+- ``container``: {podman, seccomp, dirs, tools} -> ``podman --version`` (or why it did not run), whether podman's
+  default seccomp profile is there, the free space under each of dirs (podman's storage, the image build's work
+  root: at their nearest existing directory) and where each of tools is on PATH (crun, debootstrap); container mode
+  (module_utils/vllm_preflight_container.py).
 
 One module run answers all of them: each remote run costs a large fleet's controller more than what it reads.
 """
@@ -306,7 +310,32 @@ def converged(spec):
     return read_record(spec["path"])
 
 
-SECTIONS = {"install": install, "build": build, "service": service, "converged": converged}
+def _first_line(argv):
+    """(first line of stdout, error) of a short command; error is '' when it ran and exited 0."""
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return "", str(exc)
+    out = done.stdout.decode("utf-8", "replace").strip().splitlines()
+    if done.returncode:
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return "", (lines or [f"exit code {done.returncode}"])[-1]
+    return (out or [""])[0], ""
+
+
+def container(spec):
+    version, error = _first_line([spec["podman"], "--version"])
+    return {
+        "podman_version": version,
+        "podman_error": error,
+        "seccomp_default": os.path.isfile(spec["seccomp"]),
+        "free": {path: {"mount": mount_point(path), "bytes": free_bytes(path)} for path in spec.get("dirs", [])},
+        "tools": {name: shutil.which(name) or "" for name in spec.get("tools", [])},
+        "cgroup2": os.path.exists("/sys/fs/cgroup/cgroup.controllers"),
+    }
+
+
+SECTIONS = {"install": install, "build": build, "service": service, "converged": converged, "container": container}
 
 
 def probe(spec):

@@ -15,6 +15,7 @@ room, not here.
 - vllm_preflight_build.py: build_host()
 - vllm_preflight_install.py: install() and the install decision (install_directory(), wanted_digest())
 - vllm_preflight_service.py: service()
+- vllm_preflight_container.py: container(), mode_knobs() (vllm_service_mode: container)
 - vllm_preflight_rollout.py: rollout()
 - vllm_preflight_loadbalancer.py: loadbalancer()
 - vllm_preflight_monitoring.py: monitoring(), monitoring_platform()
@@ -55,6 +56,15 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_comm
     one_line,
     versions,
     written_types,
+)
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_container import (
+    CONTAINER_ONLY,
+    VENV_ONLY,
+    container,
+    mode_knobs,
+)
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_container import (
+    probe_spec as container_probe_spec,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import (
     GIB,
@@ -118,6 +128,7 @@ __all__ = [
     "BOUND_FLOATS",
     "CAP_NET_ADMIN",
     "CIPHER_LIST",
+    "CONTAINER_ONLY",
     "CONTROL",
     "GIB",
     "GROUP_OPTIONS",
@@ -146,6 +157,7 @@ __all__ = [
     "SYSTEMD_SPAN_SECONDS",
     "SYSTEMD_SPAN_UNITS",
     "TLS_VERSIONS",
+    "VENV_ONLY",
     "WHEELHOUSE_SLACK_BYTES",
     "WHOLE_NUMBER",
     "account_name",
@@ -154,6 +166,8 @@ __all__ = [
     "build_class",
     "build_host",
     "compiler_verdict",
+    "container",
+    "container_probe_spec",
     "converged_record",
     "env_file_value",
     "env_name",
@@ -167,6 +181,7 @@ __all__ = [
     "install_directory",
     "kind_of",
     "loadbalancer",
+    "mode_knobs",
     "monitoring",
     "monitoring_platform",
     "names",

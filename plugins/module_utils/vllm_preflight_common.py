@@ -31,6 +31,8 @@ OWNED_DIRECTORIES = {
     "rollout_state_dir": "the role gives to root with mode 0700",
     "toolchain_local_facts_dir": "the role creates and gives to root (mode 0755)",
     "monitoring_prometheus_storage_path": "the role gives to the prometheus user",
+    "vllm_image_work_root": "the role builds the image in and removes what it built there",
+    "vllm_image_host_dir": "the role copies image archives into and removes them from",
 }
 # The other paths on the hosts the roles write into unit files, haproxy.cfg, scripts and commands as written.
 HOST_PATHS = (
@@ -46,6 +48,7 @@ GROUP_OPTIONS = (
     "vllm_service_loadbalancer_group",
     "rollout_loadbalancer_group",
     "vllm_build_builders_group",
+    "vllm_image_builders_group",
     "loadbalancer_backend_group",
 )
 # Numbers the roles use as written, with their bounds (inclusive; None: unbounded). The planner bounds its own
@@ -67,6 +70,9 @@ BOUNDS = {
     "vllm_build_poll_interval": (1, None),
     "vllm_install_keep_versions": (1, None),
     "vllm_install_min_free_gib": (0, None),
+    "vllm_image_keep": (1, None),
+    "vllm_image_min_free_gib": (0, None),
+    "vllm_service_container_shm_mib": (64, 1048576),
     "vllm_service_max_model_len": (1, None),
     "vllm_service_max_num_seqs": (1, None),
     "vllm_service_max_num_batched_tokens": (1, None),
@@ -76,7 +82,7 @@ BOUNDS = {
     "vllm_service_smoke_max_tokens": (1, None),
 }
 # The BOUNDS that are not whole numbers.
-BOUND_FLOATS = ("vllm_build_min_available_gib_per_job", "vllm_install_min_free_gib")
+BOUND_FLOATS = ("vllm_build_min_available_gib_per_job", "vllm_install_min_free_gib", "vllm_image_min_free_gib")
 # The role versions that default to vllm_version; the roles name directories and compare versions by them as
 # written.
 ROLE_VERSIONS = ("vllm_install_version", "vllm_build_version", "toolchain_vllm_version")

@@ -28,6 +28,10 @@ options:
         V(build_host) for the host that builds (a host of C(builders), or each vLLM host without such a group) when
         C(vllm_install_source) is V(wheel), V(install), V(service) and V(rollout) for hosts of C(vllm_hosts),
         V(loadbalancer) for hosts of C(loadbalancers) (alone, unless the host is also a vLLM host or a builder).
+      - V(container) judges a host with C(vllm_service_mode=container) (instead of V(install) - podman, crun, its
+        seccomp profile, room for the image, the registry, the model source, what the image is built from) and a host
+        that builds the fleet's image while any vLLM host serves from one (podman, Debian, room). Every vLLM host is
+        also checked for the knobs only the other mode reads.
       - V(monitoring) types the monitoring role's inputs and checks what Prometheus, Alertmanager and systemd read as
         written (durations, sizes, the webhook URL, ports, thresholds), all of them on the hosts of C(monitoring_group)
         (alone, unless the host is also a vLLM host, a load balancer or a builder), the exporters' ones on every vLLM
@@ -35,7 +39,7 @@ options:
         C(vllm.cpu_fleet.vllm_reach)'s, after the plans.
     type: list
     elements: str
-    choices: [plan, toolchain, build_host, install, service, rollout, loadbalancer, monitoring]
+    choices: [plan, toolchain, build_host, install, service, rollout, container, loadbalancer, monitoring]
   gather_subset:
     description:
       - Subsets of C(setup) the facts module returns in the same run (see C(vllm_cpu_facts)).

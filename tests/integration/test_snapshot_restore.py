@@ -7,6 +7,10 @@ directory that no longer holds that install, and refuse a snapshot whose secrets
 (vllm_service_rollback_old_secrets, the rollout's -e rollout_restore_old_secrets=true). systemctl and nft are fakes
 on PATH: nft keeps "the kernel's" table in a file.
 
+Container mode (issue 30): a container host is snapshotted by the image its units name and its Quadlet files, and
+a rollback gives back that image's units, the keys as podman secrets, and leaves the version link alone; a rollback
+across a mode switch gives back the other mode whole. podman is a fake too (its images and secrets are files).
+
 Negative control: VLLM_SNAPSHOT_REF=<git ref> runs that ref's snapshot.yml and the restoring task of its
 rollback.yml (units directory pointed at the temporary root) and that ref's rollout files instead of the role's:
 every test fails but test_a_recovery_with_the_same_secrets_or_the_flag_restores, a restore both must do.
@@ -49,6 +53,22 @@ esac
 """
 
 
+FAKE_PODMAN = """#!/bin/bash
+echo "$*" >> "$FAKE_ROOT/podman.log"
+store="$FAKE_ROOT/podman-secrets"
+mkdir -p "$store"
+case "$1 $2" in
+  "image exists") grep -qxF "$3" "$FAKE_ROOT/podman-images" 2>/dev/null ;;
+  "secret ls") ls "$store" ;;
+  "secret rm") rm -f "$store/$3" ;;
+  "secret create") cat > "$store/$3" ;;
+  *) exit 2 ;;
+esac
+"""
+IMAGE_OLD = "localhost/vllm-cpu-fleet/vllm:0.31.0-x86_64-0123456789abcdef"
+IMAGE_NEW = "localhost/vllm-cpu-fleet/vllm:0.32.0-x86_64-fedcba9876543210"
+
+
 def write(path, text, mode=0o644):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -67,8 +87,10 @@ class Host:
         self.root = tmp / "opt" / "vllm"
         self.link = self.root / "current"
         self.snap = tmp / "rollout" / "r1"
-        for name in ("systemctl", "nft"):
-            write(tmp / "bin" / name, FAKE_SYSTEMCTL if name == "systemctl" else FAKE_NFT, 0o755)
+        self.quadlet = tmp / "containers" / "systemd"
+        for name, text in (("systemctl", FAKE_SYSTEMCTL), ("nft", FAKE_NFT), ("podman", FAKE_PODMAN)):
+            write(tmp / "bin" / name, text, 0o755)
+        write(tmp / "podman-images", f"{IMAGE_OLD}\n{IMAGE_NEW}\n")
         for version in ("0.31.0", "0.32.0"):
             write(self.root / f"{version}-x86_64" / "vllm-install.json", json.dumps({"wanted": {"version": version}}))
 
@@ -80,6 +102,8 @@ class Host:
             "vllm_service_home": str(self.home),
             "vllm_service_active_link": str(self.link),
             "vllm_service_snapshot_dir": str(self.snap),
+            "vllm_service_quadlet_dir": str(self.quadlet),
+            "vllm_service_podman": str(self.tmp / "bin" / "podman"),
             **extra,
         }
 
@@ -103,6 +127,18 @@ class Host:
         if self.link.is_symlink():
             self.link.unlink()
         self.link.symlink_to(self.root / f"{version}-x86_64")
+
+    def serve_container(self, version, image, key, table):
+        """Write what a container-mode run leaves: the venv mode's units gone, Quadlet's file, the image's name,
+        the keys as podman secrets; the version link as the venv mode left it."""
+        self.serve(version, key, table, f"# middleware {version}\n", f"weights {version}")
+        (self.units / "vllm@.service").unlink()
+        (self.units / "vllm@vllm-0.service.d" / "instance.conf").unlink()
+        (self.units / "vllm@vllm-0.service.d").rmdir()
+        write(self.quadlet / "vllm@vllm-0.container", f"[Container]\nImage={image}\n")
+        write(self.config / "image", image + "\n")
+        write(self.config / "vllm-0.env", f"VERSION={version}\n")
+        write(self.tmp / "podman-secrets" / "vllm-service-api-key", key)
 
     def play(self, tasks, **extra):
         """Run tasks on localhost with the fakes on PATH; returns (rc, output)."""
@@ -249,3 +285,97 @@ def test_the_rollout_restores_old_secrets_only_for_its_own_snapshot_or_with_the_
     carry = next(t for t in recover if t.get("name") == "Carry on with the lost rollout's record and snapshot")
     assert carry["ansible.builtin.set_fact"].get("rollout_snapshot_lost") is True
     assert yaml.safe_load(_rollout_file("roles/rollout/defaults/main.yml"))["rollout_restore_old_secrets"] is False
+
+
+# ---- container mode (issue 30) ----
+
+
+def ran(h):
+    """What a host runs, read from its files (None: absent)."""
+
+    def read(path):
+        return path.read_text() if path.exists() else None
+
+    return {
+        "quadlet": read(h.quadlet / "vllm@vllm-0.container"),
+        "image": read(h.config / "image"),
+        "template": read(h.units / "vllm@.service"),
+        "dropin": read(h.units / "vllm@vllm-0.service.d" / "instance.conf"),
+        "link": os.readlink(h.link),
+        "plan": json.loads((h.config / "plan.json").read_text())["vllm_version"],
+        "secret": read(h.tmp / "podman-secrets" / "vllm-service-api-key"),
+    }
+
+
+def test_a_container_host_is_snapshotted_by_its_image_and_its_quadlet_files(tmp_path):
+    h = Host(tmp_path)
+    h.serve_container("0.31.0", IMAGE_OLD, "k-old", TABLE_OLD)
+    rc, out = h.step("snapshot")
+    assert rc == 0, out
+    assert (h.snap / "mode").read_text() == "container\n"
+    assert (h.snap / "image").read_text().strip() == (h.snap / "active").read_text().strip() == IMAGE_OLD
+    assert (h.snap / "quadlet" / "vllm@vllm-0.container").read_text() == f"[Container]\nImage={IMAGE_OLD}\n"
+    assert not (h.snap / "venv").exists() and not (h.snap / "install.json").exists()
+    assert list((h.snap / "units").iterdir()) == []
+
+
+def test_a_container_rollback_gives_back_the_image_its_units_and_its_keys(tmp_path):
+    h = Host(tmp_path)
+    h.serve_container("0.31.0", IMAGE_OLD, "k-old", TABLE_OLD)
+    assert h.step("snapshot")[0] == 0
+    link = os.readlink(h.link)
+    h.serve_container("0.32.0", IMAGE_NEW, "k-new", TABLE_NEW)
+    os.remove(h.link)
+    h.link.symlink_to(link)  # a container run leaves the version link alone
+    rc, out = h.step("restore")
+    assert rc == 0, out
+    assert ran(h) == {
+        "quadlet": f"[Container]\nImage={IMAGE_OLD}\n",
+        "image": IMAGE_OLD + "\n",
+        "template": None,
+        "dropin": None,
+        "link": link,
+        "plan": "0.31.0",
+        "secret": "k-old",
+    }
+    # The restored key went to podman on standard input, never on its command line.
+    log = (h.tmp / "podman.log").read_text()
+    assert "secret create vllm-service-api-key -" in log and "k-old" not in log
+    assert "k-old" not in out and "k-new" not in out, "a secret reached the output"
+
+
+def test_a_failed_switch_to_the_venv_mode_rolls_back_to_the_container(tmp_path):
+    h = Host(tmp_path)
+    h.serve_container("0.31.0", IMAGE_OLD, "k-old", TABLE_OLD)
+    assert h.step("snapshot")[0] == 0
+    h.serve("0.32.0", "k-old", TABLE_NEW, "# middleware 0.32\n", "new weights")
+    (h.quadlet / "vllm@vllm-0.container").unlink()
+    (h.config / "image").unlink(missing_ok=True)
+    rc, out = h.step("restore")
+    assert rc == 0, out
+    found = ran(h)
+    assert (found["quadlet"], found["image"], found["template"], found["dropin"]) == (
+        f"[Container]\nImage={IMAGE_OLD}\n", IMAGE_OLD + "\n", None, None,
+    )  # fmt: skip
+
+
+def test_a_failed_switch_to_the_container_mode_rolls_back_to_the_venv(host):
+    # The fixture's snapshot is of a venv host (0.31.0); the run then switched it to a container.
+    host.serve_container("0.32.0", IMAGE_NEW, "k-new", TABLE_NEW)
+    rc, out = host.step("restore")
+    assert rc == 0, out
+    found = ran(host)
+    assert found["quadlet"] is None and found["image"] is None
+    assert found["dropin"] == "ExecStart=serve 0.31.0\n" and found["link"] == str(host.root / "0.31.0-x86_64")
+
+
+def test_a_container_snapshot_whose_image_is_gone_is_refused(tmp_path):
+    h = Host(tmp_path)
+    h.serve_container("0.31.0", IMAGE_OLD, "k-old", TABLE_OLD)
+    assert h.step("snapshot")[0] == 0
+    h.serve_container("0.32.0", IMAGE_NEW, "k-new", TABLE_NEW)
+    write(h.tmp / "podman-images", IMAGE_NEW + "\n")
+    rc, out = h.step("restore")
+    assert rc != 0
+    assert f"the image {IMAGE_OLD} is no longer on the host" in out and "Nothing was restored" in out, out
+    assert ran(h)["image"] == IMAGE_NEW + "\n"

@@ -484,6 +484,53 @@ def test_quadlet_44_passes_newer_keys_as_flags():
     assert "--secret=vllm-api-key,type=mount,target=VLLM_SERVICE_API_KEY,uid=998,gid=998,mode=0400" in args
 
 
+# What podman 5.4.2's own Quadlet (Debian 13) made of the golden Quadlet file: `quadlet -dryrun`, recorded in the
+# nest container of benchmarks/container_mode.sh (tests/fixtures/container/README.md).
+QUADLET_542 = FIXTURES / "quadlet-5.4.2-dryrun" / "vllm@vllm-1.service"
+# The podman run flags Quadlet adds of its own (pkg/systemd/quadlet/quadlet.go), and the flags it writes with their
+# value as the next word.
+QUADLET_OWN = {"--cidfile=/run/vllm@vllm-1.cid", "--replace", "--rm", "--cgroups=split", "--sdnotify=conmon", "-d"}
+TAKES_VALUE = {
+    "--name", "--log-driver", "--stop-timeout", "--pull", "--shm-size", "--network", "--security-opt", "--cap-drop",
+    "--cap-add", "--user", "-v", "--volume", "--env-file", "--env", "--secret", "--cidfile",
+}  # fmt: skip
+
+
+def _podman_flags(words):
+    """podman run flags as --flag=value, the spelling of container_unit's podman_args."""
+    flags, index = [], 0
+    while index < len(words):
+        word = words[index]
+        if word in TAKES_VALUE:
+            word = f"{'--volume' if word == '-v' else word}={words[index + 1]}"
+            index += 1
+        elif word == "--read-only-tmpfs":
+            word = "--read-only-tmpfs=true"
+        flags.append(word)
+        index += 1
+    return flags
+
+
+def test_podman_542s_quadlet_runs_exactly_the_podman_args():
+    # The real generator, not the tests' model of it: the flags it passes are the podman-run unit's (podman_args),
+    # plus its own; Exec= reaches podman unchanged after the image; every [Unit] and [Service] line is kept.
+    text = QUADLET_542.read_text(encoding="utf-8")
+    unit = _golden_units("quadlet-5.4.2")
+    argv = _exec_start(text)
+    image = argv.index(IMAGE)
+    assert argv[:2] == ["/usr/bin/podman", "run"]
+    flags = _podman_flags(argv[2:image])
+    assert set(flags) >= QUADLET_OWN
+    assert sorted(flag for flag in flags if flag not in QUADLET_OWN) == sorted(unit["podman_args"])
+    assert argv[image + 1 :] == ["vllm", *_serve(_plan()["instances"][1])["argv"][1:]]
+    (source,) = unit["files"].values()
+    generated = _entries(text)
+    for entry in _entries(source):
+        if entry[0] in ("Unit", "Service", "Install"):
+            assert entry in generated, entry
+    assert ("Service", "Delegate", "yes") in generated and ("Service", "Type", "notify") in generated
+
+
 def test_before_53_the_key_is_a_file_not_an_environment_variable():
     # podman inspect shows type=env secrets' values before 5.3.0 (containers/podman#23788).
     instance = _plan()["instances"][0]

@@ -1,0 +1,16 @@
+"""Print the instances' journals when a container scenario test fails."""
+
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    host = item.funcargs.get("host")
+    if host is None:
+        return
+    journal = host.run("journalctl --no-pager -n 150 -u 'vllm@*'")
+    report.sections.append((f"journal of vllm@* on {host.backend.hostname}", journal.stdout))

@@ -1,0 +1,33 @@
+"""Thin Jinja2 filters over module_utils/vllm_image.py: the fleet's own vLLM image (what it is built from, its name)
+and which of a host's images may go."""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import (
+    image_plan,
+    prune_decision,
+    repository,
+)
+
+
+def vllm_image_plan(version, build_class, arch, options, host=""):
+    """What the image of (version, build class) is built from and named; fails naming every problem."""
+    try:
+        plan, problems = image_plan(version, build_class, arch, dict(options or {}), host)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise AnsibleFilterError(f"vllm_image_plan: {host or 'host'}: {err}") from err
+    if problems:
+        raise AnsibleFilterError(f"vllm_image_plan found {len(problems)} problem(s):\n" + "\n".join(problems))
+    return plan
+
+
+def vllm_image_prune(images, registry, protected, keep):
+    """Which images of the fleet's repository on registry a host may remove: {remove, keep}."""
+    try:
+        return prune_decision(images, repository(registry), dict(protected or {}), int(keep))
+    except (ValueError, TypeError) as err:
+        raise AnsibleFilterError(f"vllm_image_prune: {err}") from err
+
+
+class FilterModule:
+    def filters(self):
+        return {"vllm_image_plan": vllm_image_plan, "vllm_image_prune": vllm_image_prune}

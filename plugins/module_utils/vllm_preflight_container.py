@@ -1,0 +1,179 @@
+"""Preflight's container room (vllm_service_mode: container, issue 30): podman on the host (missing, older than 4.3,
+without crun or its default seccomp profile), room in its storage for the image, the registry, what the image is
+built from (the controller's wheelhouse for the image's suite, the built wheel), and the mixes the mode cannot serve
+(a model from the hub, a key podman would show, the knobs of the other mode).
+
+``container()`` judges a host that serves from a container (``serving``) and a builder that makes the image for
+such hosts (``building``); ``mode_knobs()`` judges every vLLM host, whatever its mode: a knob only the other mode
+reads, set in the inventory, is a setting the operator believes in and the host would ignore.
+"""
+
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
+    ContainerUnitError,
+    podman_env_file,
+    podman_version,
+    podman_version_ok,
+    secret_style,
+)
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import image_plan, registry_problems
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import GIB
+
+# podman's storage for root (graphroot of /etc/containers/storage.conf's default) and its default seccomp profile,
+# which the role derives the units' profile from (vllm_container.seccomp_profile).
+PODMAN_STORAGE = "/var/lib/containers/storage"
+SECCOMP_DEFAULT = "/usr/share/containers/seccomp.json"
+# Knobs only the venv mode reads (roles/vllm_install, the venv unit): set on a container host, each is a setting
+# the host would ignore. vllm_install_deps_source: the image installs from the wheelhouse, always.
+VENV_ONLY = {
+    "vllm_service_venv": "the container runs the image's venv",
+    "vllm_service_distribution": "the image's distribution follows vllm_install_source",
+    "vllm_install_root": "no venv is installed on the host",
+    "vllm_install_python": "the image's Python is its suite's (vllm_image_suite)",
+    "vllm_install_host_wheelhouse": "no wheel is copied to the host",
+    "vllm_install_deps_source": "the image installs the wheelhouse's exact pins, always",
+    "vllm_install_pip_index_url": "the image is built from the wheelhouse, without an index",
+    "vllm_install_pip_extra_index_urls": "the image is built from the wheelhouse, without an index",
+    "vllm_install_pip_trusted_hosts": "the image is built from the wheelhouse, without an index",
+    "vllm_install_torch_requirement": "the image takes the wheelhouse's torch",
+    "vllm_install_min_free_gib": "the image's room is vllm_image_min_free_gib",
+}
+# Knobs only the container mode reads.
+CONTAINER_ONLY = {
+    "vllm_service_container_shm_mib": "the venv units share the host's /dev/shm",
+}
+# The environment the container mode adds to each instance's (vllm_service_container_runtime_env).
+CONTAINER_ENV = ("USER", "LOGNAME")
+
+
+def probe_spec(v):
+    """What the facts module's probe reads on the host for this room."""
+    return {
+        "podman": "podman",
+        "seccomp": SECCOMP_DEFAULT,
+        "dirs": [PODMAN_STORAGE, v["vllm_image_work_root"]],
+        "tools": ["crun", "debootstrap"],
+    }
+
+
+def mode_knobs(host, mode, set_knobs):
+    """The knobs of the other mode that the inventory sets (``set_knobs``: their names, as the action found them)."""
+    other = VENV_ONLY if mode == "container" else CONTAINER_ONLY
+    named = [name for name in set_knobs if name in other]
+    if not named:
+        return []
+    where = "venv" if mode == "container" else "container"
+    reasons = "; ".join(f"{name}: {other[name]}" for name in named)
+    return [
+        f"{host}: vllm_service_mode: is {mode}, and the inventory sets {', '.join(named)}, which only the {where} mode"
+        f" reads ({reasons}); fix: set them only for the {where} hosts (their group_vars or host_vars), or drop them."
+    ]
+
+
+def _podman(host, probe, problems):
+    """podman's version tuple, or None with the problem said."""
+    if not probe["podman_version"]:
+        problems.append(
+            f"{host}: vllm_service_mode: is container, and podman does not run here ({probe['podman_error']}); fix:"
+            " install podman 4.3 or later and crun (apt-get install podman crun), or keep vllm_service_mode: venv."
+        )
+        return None
+    if not podman_version_ok(probe["podman_version"]):
+        problems.append(
+            f"{host}: vllm_service_mode: is container, and this host's podman is {probe['podman_version']!r}, older"
+            " than 4.3 (the oldest whose units the role writes); fix: install podman 4.3 or later (Debian 12's, or"
+            " Debian 13's 5.4 with Quadlet), or keep vllm_service_mode: venv."
+        )
+        return None
+    return podman_version(probe["podman_version"])
+
+
+def _room(host, v, probe, need_gib, path, why):
+    found = probe["free"].get(path)
+    if found is None or found["bytes"] >= need_gib * GIB:
+        return []
+    return [
+        f"{host}: {found['mount']} (for {path}) has {found['bytes'] / GIB:.1f} GiB free, and {why} needs"
+        f" {need_gib:g} GiB (vllm_image_min_free_gib={v['vllm_image_min_free_gib']:g}); fix: free space there, or"
+        " move podman's storage (graphroot in /etc/containers/storage.conf) to a larger file system."
+    ]
+
+
+def container(host, v, facts, plan, probe, serving, building, wheel_pending=False):
+    """A container host's or an image builder's checks: (problems, facts)."""
+    problems, out = [], {}
+    version = _podman(host, probe, problems)
+    minimum = float(v["vllm_image_min_free_gib"])
+    if building:
+        if facts.get("os_family") != "Debian":
+            problems.append(
+                f"{host}: builds the fleet's image (a host of {v['vllm_image_builders_group']}, or the first host of a"
+                f" build class), and it is {facts.get('distribution')} {facts.get('distribution_version')}: the base is"
+                " made with debootstrap from the Debian archive; fix: build on a Debian or Ubuntu host (the builders"
+                " group)."
+            )
+        problems += _room(host, v, probe, 2 * minimum, PODMAN_STORAGE, "the image, its base and their layers")
+        if v["vllm_image_work_root"] != PODMAN_STORAGE:
+            problems += _room(host, v, probe, minimum, v["vllm_image_work_root"], "the image's archive")
+        if not serving:
+            problems += registry_problems(host, v["vllm_image_registry"], v["vllm_image_transfer"])
+    if not serving:
+        return problems, out
+    if version is not None and not probe["tools"].get("crun"):
+        problems.append(
+            f"{host}: vllm_service_mode: is container, and crun is not installed (the units run the container with"
+            " crun: podman 4.4's Quadlet names it, and runc fails the nested test hosts); fix: apt-get install crun."
+        )
+    if version is not None and not probe["seccomp_default"]:
+        problems.append(
+            f"{host}: vllm_service_mode: is container, and podman's default seccomp profile {SECCOMP_DEFAULT} is"
+            " missing (the units' profile is derived from it, never unconfined); fix: install containers-common"
+            " (Debian: golang-github-containers-common)."
+        )
+    if not building:
+        problems += _room(host, v, probe, minimum, PODMAN_STORAGE, "one more image and its archive")
+    if v["vllm_service_model_source"] != "path":
+        problems.append(
+            f"{host}: vllm_service_model_source: is {v['vllm_service_model_source']}, and the container mode serves a"
+            " model copied from the controller (the image holds no model and the host no venv to download one with);"
+            " fix: download it on the controller and set vllm_service_model_source: path with vllm_service_model_path."
+        )
+    keys = [name for name in ("vllm_service_api_key", "vllm_service_api_key_previous") if v.get(name)]
+    if version is not None and keys and secret_style(version) == "mount":
+        problems.append(
+            f"{host}: vllm_service_mode: is container, and this host's podman {'.'.join(map(str, version))} shows an"
+            " environment secret's value in podman inspect (before 5.3), so the key would reach the container as a"
+            f" file, which the key middleware does not read yet ({', '.join(keys)}); fix: install podman 5.3 or later"
+            " (Debian 13's 5.4), or keep vllm_service_mode: venv on this host."
+        )
+    try:
+        podman_env_file(v["vllm_service_extra_env"], host=host)
+    except ContainerUnitError as err:
+        problems += [problem.replace("environment", "vllm_service_extra_env", 1) for problem in err.problems]
+    replaced = sorted(name for name in v["vllm_service_extra_env"] if name in CONTAINER_ENV)
+    if replaced:
+        problems.append(
+            f"{host}: vllm_service_extra_env: sets {', '.join(replaced)}, which the container mode writes (the image"
+            " has no account: the service user's name); fix: drop them."
+        )
+    if plan:
+        image, found = image_plan(
+            plan["vllm_version"],
+            plan["build"]["build_class"],
+            plan["arch"],
+            {
+                "registry": v["vllm_image_registry"],
+                "transfer": v["vllm_image_transfer"],
+                "source": v["vllm_install_source"],
+                "package": v["vllm_install_package"],
+                "suite": v["vllm_image_suite"],
+                "wheelhouse": v["vllm_image_wheelhouse"],
+                "wheel_store": v["vllm_image_wheel_store"],
+                "image_store": v["vllm_image_store"],
+                "wheel_pending": wheel_pending,
+            },
+            host,
+        )
+        problems += found
+        if image:
+            out["vllm_image_inputs"] = image["inputs"]
+    return problems, out
