@@ -22,10 +22,11 @@
 #                                        installed from the Debian archive when it has none
 #   NEST=nest-cm                         the nest container's name (its storage volume is $NEST-storage)
 #   OUT=/tmp/container-mode-<time>       where every figure, log and generated file is kept
-#   ROUNDS=2 LOAD_SECONDS=60 CONCURRENCY=4 TOKENS=64   the load of each session (every request generates TOKENS)
+#   PAIRS=5                              sessions per mode (each a start, a 10 s warm-up and the rounds), alternating
+#   ROUNDS=1 LOAD_SECONDS=60 CONCURRENCY=4 TOKENS=64   the load of a session (every request generates TOKENS)
 #   KEEP=0                               1 keeps the nest container and its volume
 #   EXPORT_IMAGE=0                       1 loads the built image into this host's podman storage at the end
-# Prints the figures at the end (also $OUT/summary.json). Takes about 45 minutes on 2 CPUs.
+# Prints the figures at the end (also $OUT/summary.json). Takes about 40 minutes on 2 shared CPUs.
 #
 # The nest is privileged only because it nests a container runtime (namespaces, mounts, cgroups, seccomp filter
 # installation by the inner crun); the vLLM container inside runs with exactly the production options. Harness
@@ -40,8 +41,9 @@ MODEL=$(realpath "${MODEL:-$REPO/.cache/models/tiny-llama}")
 NEST_IMAGE=${NEST_IMAGE:-localhost/vllm-fleet/debian:13}
 NEST=${NEST:-nest-cm}
 OUT=${OUT:-/tmp/container-mode-$(date -u +%Y%m%dT%H%M%SZ)}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-1}
 LOAD_SECONDS=${LOAD_SECONDS:-60}
+PAIRS=${PAIRS:-5}
 CONCURRENCY=${CONCURRENCY:-4}
 TOKENS=${TOKENS:-64}
 KEEP=${KEEP:-0}
@@ -396,8 +398,8 @@ load container-2
 
 # ------------------------------------------------------------------------------------------------ venv, warm
 use_venv
-times=$(start venv-warm); read -r active health <<<"$times"
-record venv_warm_health_seconds "$health"
+times=$(start venv-warm-2); read -r active health <<<"$times"
+record venv_warm_health_seconds_2 "$health"
 load venv-2
 
 # ------------------------------------------------------------------------------------------------ container: rollback
@@ -405,6 +407,23 @@ use_container "$IMAGE"
 times=$(start container-rollback); read -r active health <<<"$times"
 record container_rollback_health_seconds "$health"
 record container_rollback_image "$(nx "$CTR" <<<'podman inspect "$1" --format "{{.ImageName}} revision {{index .Config.Labels \"vllm-fleet.image-revision\"}}"')"
+load container-3
+
+# ------------------------------------------------------------------------------------------------ more pairs, warm
+# The machine is shared: the modes alternate, one session each per pair, so that a busy minute of the machine
+# does not fall on one mode only.
+for pair in $(seq 3 "$PAIRS"); do
+  if [ "$pair" -gt 3 ]; then
+    use_container "$IMAGE"
+    times=$(start "container-warm-$pair"); read -r active health <<<"$times"
+    record "container_warm_health_seconds_$pair" "$health"
+    load "container-$pair"
+  fi
+  use_venv
+  times=$(start "venv-warm-$pair"); read -r active health <<<"$times"
+  record "venv_warm_health_seconds_$pair" "$health"
+  load "venv-$pair"
+done
 
 # ------------------------------------------------------------------------------------------------ negative control
 # podman's own seccomp profile: vLLM's numa_migrate_pages is refused (EPERM).
@@ -446,7 +465,7 @@ out, tokens = sys.argv[1], int(sys.argv[2])
 figures = dict(line.rstrip("\n").split("=", 1) for line in open(os.path.join(out, "figures.env")))
 def load(mode):
     rows = []
-    for path in sorted(glob.glob(os.path.join(out, f"load-{mode}-[0-9]*.json"))):
+    for path in sorted(glob.glob(os.path.join(out, f"load-{mode}-[0-9]*-[0-9]*.json"))):
         result = json.load(open(path))
         name = os.path.basename(path)[5:-5]
         before, after = map(float, open(os.path.join(out, f"cpu-{name}.txt")).read().split())
@@ -458,11 +477,22 @@ def load(mode):
     return rows
 def memory(mode, when):
     rows = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, f"memory-{mode}-{when}*.json")))]
+    assert rows, (mode, when)
     return [{k: r[k] for k in ("service_processes", "service_rss_mib", "service_pss_mib", "unit_rss_mib")} | {"other": r["other_in_unit"]} for r in rows]
+import statistics
 summary = {"figures": figures}
 for mode in ("container", "venv"):
-    summary[mode] = {"load": load(mode + "-1") + load(mode + "-2"), "memory_idle": memory(mode, "1-idle") + memory(mode, "2-idle"),
-                     "memory_load": memory(mode, "1-load") + memory(mode, "2-load")}
+    rows = load(mode)
+    summary[mode] = {"load": rows, "memory_idle": memory(mode, "*-idle"), "memory_load": memory(mode, "*-load")}
+    summary[mode]["median"] = {key: statistics.median(row[key] for row in rows)
+                               for key in ("tokens_per_s", "requests_per_s", "p50_s", "p95_s", "server_cpu_s_per_1k_tokens")}
+    summary[mode]["median"]["failed"] = sum(row["failed"] for row in rows)
+    for key in ("service_rss_mib", "service_pss_mib"):
+        summary[mode]["median"][key + "_idle"] = statistics.median(row[key] for row in summary[mode]["memory_idle"])
+        summary[mode]["median"][key + "_load"] = statistics.median(row[key] for row in summary[mode]["memory_load"])
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
-print(json.dumps(summary, indent=1))
+print(json.dumps(figures, indent=1))
+for mode in ("container", "venv"):
+    print(mode, "sessions:", " ".join(f"{row['round']}={row['tokens_per_s']}" for row in summary[mode]["load"]))
+    print(mode, "median:", json.dumps(summary[mode]["median"]))
 EOF
