@@ -10,6 +10,8 @@ importable (PYTHONPATH=<checkout>/collections). Standard library and the collect
                            podman_env_file() and the seccomp profile of seccomp_profile() derived from this host's
                            /usr/share/containers/seccomp.json (--seccomp default names podman's own profile instead:
                            the negative control).
+                           --podman-version "podman version 4.3.1" writes the podman-run style (vllm@.service
+                           and its drop-in) that container_unit() gives a podman without Quadlet.
   units --mode venv        the same plan's venv-mode files as roles/vllm_service/templates renders them
                            (vllm@.service with its hardening, instance.conf with CPUAffinity=, the NAME="value" env
                            file), plus RootDirectory=: the venv's Python is the image's (the wheelhouse is cp311, the
@@ -27,11 +29,15 @@ import os
 import pwd
 import subprocess
 import sys
+from pathlib import Path
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_container as container
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command, systemd_words
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import read_cpu_facts
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "collections"))  # the collection, through the checkout's link
+
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_container as container  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command, systemd_words  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import read_cpu_facts  # noqa: E402
 
 VERSION = "0.32.0"
 HOME = "/var/lib/vllm"
