@@ -41,17 +41,19 @@ BASE_REPOSITORY = "localhost/vllm-cpu-fleet/debian"
 IMAGE_VENV = UNIT_DEFAULTS["image_venv"]
 # The revision of how the image is made: roles/vllm_image/templates/Containerfile.j2 and files/base_image.sh. Bump it
 # with any change to them (tests/unit/test_image.py pins their digests to it): another recipe is another image.
-RECIPE = 1
+RECIPE = 2
 # The Debian suites a base image is made from: their Python (the wheelhouse's python tag) and glibc.
 SUITES = {
     "bookworm": {"debian": "12", "python_version": "3.11", "python_tag": "cp311", "glibc": "2.36"},
     "trixie": {"debian": "13", "python_version": "3.13", "python_tag": "cp313", "glibc": "2.41"},
 }
 # What the base image holds besides debootstrap's minbase: the venv's Python, libnuma (vLLM's NUMA binding links
-# the system's libnuma.so.1) and tcmalloc (the plan preloads it). Nothing else: no shell tools, no compiler.
+# the system's libnuma.so.1), tcmalloc (the plan preloads it), and the C++ compiler with Python's headers that torch
+# inductor compiles the model with at warm-up (without g++ the worker dies with InvalidCxxCompiler; a venv host has
+# them from the toolchain role's runtime packages). No shell tools beyond minbase.
 BASE_PACKAGES = {
-    "bookworm": ("python3", "python3-venv", "libnuma1", "libtcmalloc-minimal4", "ca-certificates"),
-    "trixie": ("python3", "python3-venv", "libnuma1", "libtcmalloc-minimal4t64", "ca-certificates"),
+    "bookworm": ("python3", "python3-venv", "python3-dev", "g++", "libnuma1", "libtcmalloc-minimal4", "ca-certificates"),
+    "trixie": ("python3", "python3-venv", "python3-dev", "g++", "libnuma1", "libtcmalloc-minimal4t64", "ca-certificates"),
 }
 MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 TRANSFERS = ("archive", "registry")

@@ -238,12 +238,15 @@ def test_the_filters_fail_with_every_problem_and_decide_as_the_module_does(tmp_p
 
 def test_the_recipe_is_bumped_with_the_files_that_make_the_image():
     """RECIPE is part of every image's name: a changed Containerfile or base script with the same RECIPE would give
-    a different image the name of the old one. Change RECIPE and these digests together."""
+    a different image the name of the old one; so would another list of the base's packages. Change RECIPE and
+    these digests together."""
     digests = {name: hashlib.sha256((ROLE / name).read_bytes()).hexdigest() for name in RECIPE_FILES}
+    packages = {suite: list(names) for suite, names in image.BASE_PACKAGES.items()}
     pinned = json.loads((Path(__file__).parent / "image_recipe.json").read_text())
-    assert pinned == {"recipe": image.RECIPE, "files": digests}, (
-        "roles/vllm_image's recipe files changed: bump RECIPE in module_utils/vllm_image.py and write"
-        f" {json.dumps({'recipe': image.RECIPE + 1, 'files': digests})} into tests/unit/image_recipe.json"
+    current = {"recipe": image.RECIPE, "files": digests, "base_packages": packages}
+    assert pinned == current, (
+        "roles/vllm_image's recipe changed: bump RECIPE in module_utils/vllm_image.py and write"
+        f" {json.dumps({**current, 'recipe': image.RECIPE + 1})} into tests/unit/image_recipe.json"
     )
 
 
