@@ -166,6 +166,11 @@ def _listing(root):
     return out
 
 
+# `systemctl is-enabled` of a unit that starts at boot: "generated" is a Quadlet unit (container mode), whose [Install]
+# the generator turns into wants links on every boot; its .container file is a witnessed file.
+STARTS_AT_BOOT = ("enabled", "generated")
+
+
 def _units_state(units, verb):
     """{unit: state} from one `systemctl is-active` or `is-enabled` call (one line per unit, in order)."""
     if not units:
@@ -338,5 +343,7 @@ def read_record(path):
     drift = _drift(recorded, now)
     units = now["units"]
     drift += [f"{unit} is {state}" for unit, state in _units_state(units, "is-active").items() if state != "active"]
-    drift += [f"{unit} is {state}" for unit, state in _units_state(units, "is-enabled").items() if state != "enabled"]
+    drift += [
+        f"{unit} is {state}" for unit, state in _units_state(units, "is-enabled").items() if state not in STARTS_AT_BOOT
+    ]
     return {"inputs": record["inputs"], "drift": drift, "reason": ""}

@@ -223,6 +223,22 @@ def test_every_kind_of_change_on_the_host_is_drift(host, change, said):
     assert not decide(OWN, {}, out)["converged"]
 
 
+@pytest.mark.parametrize(
+    ("enabled", "drift"),
+    [("enabled", []), ("generated", []), ("disabled", ["vllm@vllm-0.service is disabled"])],
+)
+def test_a_unit_that_starts_at_boot_is_no_drift_and_a_quadlet_unit_is_generated(host, monkeypatch, enabled, drift):
+    root, spec = host
+    fake = root / "bin"
+    fake.mkdir()
+    (fake / "systemctl").write_text(f'#!/bin/sh\n[ "$1" = is-active ] && echo active || echo {enabled}\n')
+    (fake / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    spec = {**spec, "units": ["vllm@vllm-0.service"]}
+    write_record(str(root / "converged.json"), {"own": OWN, "peers": {}}, spec)
+    assert read_record(str(root / "converged.json"))["drift"] == drift
+
+
 def test_the_users_and_groups_the_units_run_as_are_witnessed(tmp_path):
     """A user deleted or re-created by hand is drift: the files keep its old number, so their modes would not say."""
     me, my_group = pwd.getpwuid(os.getuid()), grp.getgrgid(os.getgid())
