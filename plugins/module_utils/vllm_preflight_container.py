@@ -1,7 +1,8 @@
 """Preflight's container room (vllm_service_mode: container, issue 30): podman on the host (missing, older than 4.3,
 without crun or its default seccomp profile), room in its storage for the image, the registry, what the image is
 built from (the controller's wheelhouse for the image's suite, the built wheel), and the mixes the mode cannot serve
-(a model from the hub, a key podman would show, the knobs of the other mode).
+(a model from the hub, the knobs of the other mode). A key is served on every podman it accepts: before 5.3
+(whose podman inspect shows an env secret) it is a file the key middleware reads (NAME_FILE).
 
 ``container()`` judges a host that serves from a container (``serving``) and a builder that makes the image for
 such hosts (``building``); ``mode_knobs()`` judges every vLLM host, whatever its mode: a knob only the other mode
@@ -13,7 +14,6 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     podman_env_file,
     podman_version,
     podman_version_ok,
-    secret_style,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import image_plan, registry_problems
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import GIB
@@ -136,14 +136,6 @@ def container(host, v, facts, plan, probe, serving, building, wheel_pending=Fals
             f"{host}: vllm_service_model_source: is {v['vllm_service_model_source']}, and the container mode serves a"
             " model copied from the controller (the image holds no model and the host no venv to download one with);"
             " fix: download it on the controller and set vllm_service_model_source: path with vllm_service_model_path."
-        )
-    keys = [name for name in ("vllm_service_api_key", "vllm_service_api_key_previous") if v.get(name)]
-    if version is not None and keys and secret_style(version) == "mount":
-        problems.append(
-            f"{host}: vllm_service_mode: is container, and this host's podman {'.'.join(map(str, version))} shows an"
-            " environment secret's value in podman inspect (before 5.3), so the key would reach the container as a"
-            f" file, which the key middleware does not read yet ({', '.join(keys)}); fix: install podman 5.3 or later"
-            " (Debian 13's 5.4), or keep vllm_service_mode: venv on this host."
         )
     try:
         podman_env_file(v["vllm_service_extra_env"], host=host)

@@ -4,6 +4,7 @@ paths (closed, not open), unless serving without a key was chosen explicitly."""
 
 import asyncio
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,167 @@ def test_a_rolled_back_secrets_file_of_an_earlier_version_still_serves():
     assert call(earlier, "/tokenize", "Bearer old-name-key")[0] == 200
     assert call(earlier, "/tokenize", "Bearer older")[0] == 200
     assert call(earlier, "/tokenize", "Bearer other")[0] == 401
+
+
+# podman < 5.3 mounts the key as a file (vllm_container.secret_style "mount") and names it in NAME_FILE.
+FILE_KEY = "3f9c1e7a5b2d8f604e1a9c7b3d5f2e8a"
+
+
+def key_file(tmp_path, content, name="VLLM_SERVICE_API_KEY"):
+    path = tmp_path / name
+    path.write_bytes(content)
+    return str(path)
+
+
+def with_file(tmp_path, content, name="VLLM_SERVICE_API_KEY", **more):
+    return dict(NO_KEY, **{f"{name}_FILE": key_file(tmp_path, content, name)}, **more)
+
+
+def refuses_every_key(environ, *keys):
+    for key in (None, *keys):
+        assert call(environ, "/tokenize", key and f"Bearer {key}") == (401, b'{"error": "Unauthorized"}'), key
+    assert call(environ, "/v1/realtime", f"Bearer {FILE_KEY}", kind="websocket") == (1008, b"")
+    assert call(environ, "/health") == (200, b"generated")
+
+
+@pytest.mark.parametrize("content", [FILE_KEY.encode(), f"{FILE_KEY}\n".encode()], ids=["exact", "one-newline"])
+def test_the_key_is_read_from_its_file(tmp_path, content):
+    environ = with_file(tmp_path, content)
+    assert call(environ, "/v1/completions", f"Bearer {FILE_KEY}") == (200, b"generated")
+    assert call(environ, "/tokenize", f"Bearer {FILE_KEY}x")[0] == 401
+    assert call(environ, "/tokenize", "Bearer wrong-key")[0] == 401
+    assert call(environ, "/tokenize")[0] == 401
+
+
+def test_the_file_is_byte_exact_but_for_one_trailing_newline(tmp_path):
+    # Spaces are part of the key (no Bearer token can carry them at its ends, so such a key never matches).
+    spaced = with_file(tmp_path, f" {FILE_KEY} \n".encode())
+    assert call(spaced, "/tokenize", f"Bearer {FILE_KEY}")[0] == 401
+    assert auth.configured_keys(spaced) == [f" {FILE_KEY} ".encode()]
+
+
+def test_the_previous_key_is_read_from_its_file_too(tmp_path):
+    environ = with_file(tmp_path, b"new-key\n", VLLM_SERVICE_PREVIOUS_API_KEY_FILE=key_file(tmp_path, b"old-key", "p"))
+    assert call(environ, "/tokenize", "Bearer new-key")[0] == 200
+    assert call(environ, "/tokenize", "Bearer old-key")[0] == 200
+    assert call(environ, "/tokenize", "Bearer other")[0] == 401
+    # And a file beside an environment key.
+    mixed = dict(KEYS, VLLM_SERVICE_PREVIOUS_API_KEY_FILE=key_file(tmp_path, b"old-key\n", "q"))
+    assert call(mixed, "/tokenize", "Bearer new-key")[0] == 200
+    assert call(mixed, "/tokenize", "Bearer old-key")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"", "is empty"),
+        (b"\n", "is empty"),
+        (f"{FILE_KEY}\r\n".encode(), "holds a NUL, carriage return or newline"),
+        (f"{FILE_KEY}\n\n".encode(), "holds a NUL, carriage return or newline"),
+        (f"{FILE_KEY[:8]}\n{FILE_KEY[8:]}".encode(), "holds a NUL, carriage return or newline"),
+        (f"{FILE_KEY}\0".encode(), "holds a NUL, carriage return or newline"),
+    ],
+    ids=["empty", "only-a-newline", "crlf", "two-newlines", "newline-inside", "nul"],
+)
+def test_an_unusable_key_file_fails_closed(tmp_path, caplog, content, said):
+    environ = with_file(tmp_path, content)
+    with caplog.at_level("DEBUG"):
+        refuses_every_key(environ, FILE_KEY, FILE_KEY[:8], FILE_KEY[8:], "")
+    assert f"unusable API key: VLLM_SERVICE_API_KEY_FILE: '{tmp_path}/VLLM_SERVICE_API_KEY' {said}" in caplog.text
+    assert FILE_KEY[:8] not in caplog.text and FILE_KEY[8:] not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("missing", "No such file or directory"),
+        ("a-directory", "Is a directory"),
+        ("under-a-file", "Not a directory"),
+        ("unreadable", "Permission denied"),
+    ],
+)
+def test_a_key_file_it_cannot_read_fails_closed(tmp_path, caplog, monkeypatch, kind, said):
+    path = tmp_path / "VLLM_SERVICE_API_KEY"
+    if kind == "a-directory":
+        path.mkdir()
+    elif kind == "under-a-file":
+        path.write_bytes(FILE_KEY.encode())
+        path = path / "key"
+    elif kind == "unreadable":
+        path.write_bytes(FILE_KEY.encode())
+        path.chmod(0)
+        if os.access(path, os.R_OK):
+            # root reads a file of mode 0: what the container's user (the key's uid, mode 0400) would get otherwise.
+            def denied(*_args, **_kwargs):
+                raise PermissionError(13, "Permission denied", str(path))
+
+            monkeypatch.setattr(auth, "open", denied, raising=False)
+    environ = dict(NO_KEY, VLLM_SERVICE_API_KEY_FILE=str(path))
+    with caplog.at_level("DEBUG"):
+        refuses_every_key(environ, FILE_KEY)
+    assert f"unusable API key: VLLM_SERVICE_API_KEY_FILE: cannot read '{path}': {said}" in caplog.text
+    assert FILE_KEY not in caplog.text
+
+
+def test_an_empty_file_variable_is_a_missing_file():
+    environ = dict(NO_KEY, VLLM_SERVICE_API_KEY_FILE="")
+    refuses_every_key(environ, FILE_KEY)
+    with pytest.raises(auth.KeyConfigError, match="VLLM_SERVICE_API_KEY_FILE: cannot read ''"):
+        auth.configured_keys(environ)
+
+
+@pytest.mark.parametrize("value", [FILE_KEY, ""], ids=["key", "empty"])
+def test_a_key_and_its_file_both_set_fail_closed(tmp_path, caplog, value):
+    environ = with_file(tmp_path, FILE_KEY.encode(), VLLM_SERVICE_API_KEY=value)
+    with caplog.at_level("DEBUG"):
+        refuses_every_key(environ, FILE_KEY)
+    assert "both VLLM_SERVICE_API_KEY and VLLM_SERVICE_API_KEY_FILE are set (set only one)" in caplog.text
+    assert FILE_KEY not in caplog.text
+
+
+def test_an_unusable_previous_key_file_refuses_the_current_key_too(tmp_path, caplog):
+    # Half a configuration is no configuration: the operator sees it in the log and at the smoke test.
+    environ = dict(KEYS, VLLM_SERVICE_PREVIOUS_API_KEY_FILE=str(tmp_path / "gone"))
+    with caplog.at_level("ERROR"):
+        refuses_every_key(environ, "new-key")
+    assert "VLLM_SERVICE_PREVIOUS_API_KEY_FILE: cannot read" in caplog.text and "new-key" not in caplog.text
+
+
+def test_every_unusable_key_is_named_at_once(tmp_path):
+    environ = dict(
+        NO_KEY,
+        VLLM_SERVICE_API_KEY="k",
+        VLLM_SERVICE_API_KEY_FILE=key_file(tmp_path, b"k"),
+        VLLM_SERVICE_PREVIOUS_API_KEY_FILE=key_file(tmp_path, b"", "p"),
+    )
+    with pytest.raises(auth.KeyConfigError) as raised:
+        auth.configured_keys(environ)
+    assert str(raised.value) == (
+        f"both VLLM_SERVICE_API_KEY and VLLM_SERVICE_API_KEY_FILE are set (set only one);"
+        f" VLLM_SERVICE_PREVIOUS_API_KEY_FILE: '{tmp_path}/p' is empty"
+    )
+
+
+def test_an_unusable_key_file_is_no_choice_to_serve_without_a_key(tmp_path):
+    # VLLM_SERVICE_ALLOW_UNAUTHENTICATED=1 means "no key on purpose"; a configured key that fails is not that.
+    refuses_every_key(with_file(tmp_path, b"", VLLM_SERVICE_ALLOW_UNAUTHENTICATED="1"), FILE_KEY)
+    refuses_every_key(dict(NO_KEY, VLLM_SERVICE_API_KEY_FILE="/nonexistent", VLLM_SERVICE_ALLOW_UNAUTHENTICATED="1"))
+
+
+def test_a_file_key_keeps_the_earlier_name_out(tmp_path):
+    # Our own variable in its file form is present: VLLM_API_KEY (a rollback's name) is not read, and has no file form.
+    environ = with_file(tmp_path, b"new-key", VLLM_API_KEY="vllms-own", VLLM_API_KEY_FILE=key_file(tmp_path, b"x", "v"))
+    assert call(environ, "/tokenize", "Bearer new-key")[0] == 200
+    assert call(environ, "/tokenize", "Bearer vllms-own")[0] == 401
+    assert call(environ, "/tokenize", "Bearer x")[0] == 401
+    assert auth.configured_keys({"VLLM_API_KEY_FILE": key_file(tmp_path, b"x", "w")}) == []
+
+
+def test_a_key_from_a_file_never_reaches_the_log(tmp_path, caplog):
+    with caplog.at_level("DEBUG"):
+        for content in (FILE_KEY.encode(), f"{FILE_KEY}\n".encode(), f"{FILE_KEY}\r\n".encode()):
+            environ = with_file(tmp_path, content)
+            for key in (FILE_KEY, "wrong-key", None):
+                call(environ, "/tokenize", key and f"Bearer {key}")
+        call(with_file(tmp_path, FILE_KEY.encode(), VLLM_SERVICE_API_KEY=FILE_KEY), "/tokenize", f"Bearer {FILE_KEY}")
+    assert caplog.records and FILE_KEY not in caplog.text
