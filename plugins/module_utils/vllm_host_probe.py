@@ -323,9 +323,21 @@ def _first_line(argv):
     return (out or [""])[0], ""
 
 
+def _image_exists(podman, reference):
+    """Whether podman's storage holds the image (`podman image exists`: exit 0 yes, 1 no)."""
+    if not reference:
+        return False
+    try:
+        done = subprocess.run([podman, "image", "exists", reference], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
 def container(spec):
     version, error = _first_line([spec["podman"], "--version"])
     return {
+        "image_present": bool(version) and _image_exists(spec["podman"], spec.get("image", "")),
         "podman_version": version,
         "podman_error": error,
         "seccomp_default": os.path.isfile(spec["seccomp"]),

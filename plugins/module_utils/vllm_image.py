@@ -52,8 +52,24 @@ SUITES = {
 # inductor compiles the model with at warm-up (without g++ the worker dies with InvalidCxxCompiler; a venv host has
 # them from the toolchain role's runtime packages). No shell tools beyond minbase.
 BASE_PACKAGES = {
-    "bookworm": ("python3", "python3-venv", "python3-dev", "g++", "libnuma1", "libtcmalloc-minimal4", "ca-certificates"),
-    "trixie": ("python3", "python3-venv", "python3-dev", "g++", "libnuma1", "libtcmalloc-minimal4t64", "ca-certificates"),
+    "bookworm": (
+        "python3",
+        "python3-venv",
+        "python3-dev",
+        "g++",
+        "libnuma1",
+        "libtcmalloc-minimal4",
+        "ca-certificates",
+    ),
+    "trixie": (
+        "python3",
+        "python3-venv",
+        "python3-dev",
+        "g++",
+        "libnuma1",
+        "libtcmalloc-minimal4t64",
+        "ca-certificates",
+    ),
 }
 MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 TRANSFERS = ("archive", "registry")

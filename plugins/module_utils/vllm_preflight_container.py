@@ -11,6 +11,7 @@ reads, set in the inventory, is a setting the operator believes in and the host 
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
     ContainerUnitError,
+    image_reference,
     podman_env_file,
     podman_version,
     podman_version_ok,
@@ -46,12 +47,16 @@ CONTAINER_ENV = ("USER", "LOGNAME")
 
 
 def probe_spec(v):
-    """What the facts module's probe reads on the host for this room."""
+    """What the facts module's probe reads on the host for this room. The image the units will run is looked for
+    once the run knows it (roles/vllm_image's reference, during the rollout's own checks): it is a podman argument,
+    so only a well-formed reference is passed."""
+    image = v.get("vllm_service_container_image") or ""
     return {
         "podman": "podman",
         "seccomp": SECCOMP_DEFAULT,
         "dirs": [PODMAN_STORAGE, v["vllm_image_work_root"]],
         "tools": ["crun", "debootstrap"],
+        "image": image if image and image_reference(image) is None else "",
     }
 
 
@@ -103,6 +108,9 @@ def container(host, v, facts, plan, probe, serving, building, wheel_pending=Fals
     problems, out = [], {}
     version = _podman(host, probe, problems)
     minimum = float(v["vllm_image_min_free_gib"])
+    # Room is for an image still to come: once this run has brought it (the rollout's checks run after the build
+    # and the load), the space it took is no shortfall.
+    image_here = bool(probe.get("image_present"))
     if building:
         if facts.get("os_family") != "Debian":
             problems.append(
@@ -111,8 +119,9 @@ def container(host, v, facts, plan, probe, serving, building, wheel_pending=Fals
                 " made with debootstrap from the Debian archive; fix: build on a Debian or Ubuntu host (the builders"
                 " group)."
             )
-        problems += _room(host, v, probe, 2 * minimum, PODMAN_STORAGE, "the image, its base and their layers")
-        if v["vllm_image_work_root"] != PODMAN_STORAGE:
+        if not image_here:
+            problems += _room(host, v, probe, 2 * minimum, PODMAN_STORAGE, "the image, its base and their layers")
+        if v["vllm_image_work_root"] != PODMAN_STORAGE and not image_here:
             problems += _room(host, v, probe, minimum, v["vllm_image_work_root"], "the image's archive")
         if not serving:
             problems += registry_problems(host, v["vllm_image_registry"], v["vllm_image_transfer"])
@@ -129,7 +138,7 @@ def container(host, v, facts, plan, probe, serving, building, wheel_pending=Fals
             " missing (the units' profile is derived from it, never unconfined); fix: install containers-common"
             " (Debian: golang-github-containers-common)."
         )
-    if not building:
+    if not building and not image_here:
         problems += _room(host, v, probe, minimum, PODMAN_STORAGE, "one more image and its archive")
     if v["vllm_service_model_source"] != "path":
         problems.append(

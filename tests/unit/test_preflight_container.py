@@ -229,6 +229,50 @@ def test_a_builder_gets_the_container_room_while_any_host_serves_from_a_containe
 
 
 FAKE_PODMAN_VERSION = "#!/bin/sh\necho 'podman version 5.4.2'\n"
+# `podman image exists REF`: yes for the one reference named here.
+FAKE_PODMAN_IMAGES = (
+    "#!/bin/sh\n"
+    'if [ "$1 $2" = "image exists" ]; then [ "$3" = localhost/vllm-cpu-fleet/vllm:0.32.0-x86_64-0123456789abcdef ];'
+    " exit $?; fi\necho 'podman version 5.4.2'\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("reference", "present"),
+    [
+        ("localhost/vllm-cpu-fleet/vllm:0.32.0-x86_64-0123456789abcdef", True),
+        ("localhost/vllm-cpu-fleet/vllm:0.31.0-x86_64-0123456789abcdef", False),
+        ("", False),
+    ],
+)
+def test_the_probe_looks_for_the_image_the_units_will_run(tmp_path, reference, present):
+    podman = tmp_path / "podman"
+    podman.write_text(FAKE_PODMAN_IMAGES)
+    podman.chmod(0o755)
+    found = probe({"container": {"podman": str(podman), "seccomp": "/none", "dirs": [], "image": reference}})
+    assert found["container"]["image_present"] is present
+
+
+def test_only_a_well_formed_reference_reaches_podman(tmp_path):
+    good = "localhost/vllm-cpu-fleet/vllm:0.32.0-x86_64-0123456789abcdef"
+    assert checks.container_probe_spec(container_vars(tmp_path, vllm_service_container_image=good))["image"] == good
+    for bad in ("--help", "localhost/x:y z", "vllm", ""):
+        assert checks.container_probe_spec(container_vars(tmp_path, vllm_service_container_image=bad))["image"] == ""
+
+
+@pytest.mark.parametrize(("serving", "building"), [(True, False), (False, True), (True, True)])
+def test_no_room_is_asked_for_an_image_this_run_already_brought(tmp_path, serving, building):
+    """The rollout checks each host again after the build and the load: the image's own space is no shortfall."""
+    wheelhouse(tmp_path)
+    full = {STORAGE: {"mount": "/", "bytes": 1 * GIB}, WORK: {"mount": "/", "bytes": 1 * GIB}}
+    problems, _unused = run(
+        tmp_path, found=container_probe(free=full, image_present=True), serving=serving, building=building
+    )
+    assert not [line for line in problems if "GiB free" in line]
+    problems, _unused = run(
+        tmp_path, found=container_probe(free=full, image_present=False), serving=serving, building=building
+    )
+    assert [line for line in problems if "GiB free" in line]
 
 
 def test_the_probe_reads_podman_its_profile_the_room_and_the_tools(tmp_path):
