@@ -242,6 +242,10 @@ def pss_kib(pid):
         return 0
 
 
+def _mib(kib):
+    return round(kib / 1024, 1)
+
+
 def memory(args):
     uid = pwd.getpwnam(args.user).pw_uid
     rows = []
@@ -261,15 +265,14 @@ def memory(args):
             continue
     mine = [row for row in rows if row["uid"] == uid]
     other = [row for row in rows if row["uid"] != uid]
-    mib = lambda kib: round(kib / 1024, 1)  # noqa: E731
     return {
         "service_processes": len(mine),
-        "service_rss_mib": mib(sum(row["rss_kib"] for row in mine)),
-        "service_pss_mib": mib(sum(row["pss_kib"] for row in mine)),
-        "other_in_unit": [{"comm": row["comm"], "rss_mib": mib(row["rss_kib"])} for row in other],
-        "unit_rss_mib": mib(sum(row["rss_kib"] for row in rows)),
+        "service_rss_mib": _mib(sum(row["rss_kib"] for row in mine)),
+        "service_pss_mib": _mib(sum(row["pss_kib"] for row in mine)),
+        "other_in_unit": [{"comm": row["comm"], "rss_mib": _mib(row["rss_kib"])} for row in other],
+        "unit_rss_mib": _mib(sum(row["rss_kib"] for row in rows)),
         "processes": [
-            {"pid": row["pid"], "comm": row["comm"], "rss_mib": mib(row["rss_kib"]), "pss_mib": mib(row["pss_kib"])}
+            {"pid": row["pid"], "comm": row["comm"], "rss_mib": _mib(row["rss_kib"]), "pss_mib": _mib(row["pss_kib"])}
             for row in rows
         ],
     }

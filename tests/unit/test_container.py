@@ -804,7 +804,7 @@ def test_the_plan_env_of_a_recorded_instance():
     instance = _plan()["instances"][0]
     env = {**instance["env"], "HOME": "/var/lib/vllm", "LD_PRELOAD": "", "VLLM_SERVICE_OPEN_PATHS": "/health /metrics"}
     text = container.podman_env_file(env, header="Managed by vllm.cpu_fleet")
-    assert text.split("\n")[0] == "# Managed by vllm.cpu_fleet"
+    assert text.split("\n", maxsplit=1)[0] == "# Managed by vllm.cpu_fleet"
     assert "VLLM_CPU_OMP_THREADS_BIND=1-55\n" in text and "LD_PRELOAD=\n" in text
     assert '"' not in text  # podman keeps quotes: none are written
     assert _podman_env(text) == env

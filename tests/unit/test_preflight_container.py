@@ -68,9 +68,9 @@ def container_probe(version="podman version 5.4.2", **changes):
     return found
 
 
-def run(tmp_path, v=None, found=None, serving=True, building=False, facts=FACTS, pending=False):
+def run(tmp_path, v=None, found=None, serving=True, building=False, facts=None, pending=False):
     return checks.container(
-        "h", v or container_vars(tmp_path), facts, PLAN, found or container_probe(), serving, building, pending
+        "h", v or container_vars(tmp_path), facts or FACTS, PLAN, found or container_probe(), serving, building, pending
     )
 
 

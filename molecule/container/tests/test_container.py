@@ -24,7 +24,7 @@ CAP_SYS_NICE = 23
 def cpus(text):
     found = []
     for part in filter(None, text.strip().split(",")):
-        first, _, last = part.partition("-")
+        first, _dash, last = part.partition("-")
         found.extend(range(int(first), int(last or first) + 1))
     return found
 
