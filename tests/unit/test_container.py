@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -43,7 +42,6 @@ PROFILES = {
     "0.50.1": FIXTURES / "seccomp-containers-common-v0.50.1.json",  # Debian 12, podman 4.3.1
     "0.62.3": FIXTURES / "seccomp-containers-common-v0.62.3.json",  # podman 5.4.2 (Debian 13)
 }
-SDISTS = REPO / ".cache" / "vllm-sdists"
 HOST = "spr-2s-amx"
 IMAGE = "localhost/vllm-cpu:0.32.0-x86_64-3f2a9c1d"
 VENV = "/opt/vllm/venv"
@@ -191,28 +189,6 @@ def test_a_release_before_the_table_is_refused(version):
         container.numa_syscalls(version)
 
 
-def _sdist_file(version, member):
-    path = SDISTS / f"vllm-{version}.tar.gz"
-    if not path.exists():
-        pytest.skip(f"{path} is not here")
-    with tarfile.open(path) as tar:
-        return tar.extractfile(f"vllm-{version}/{member}").read().decode().split("\n")
-
-
-@pytest.mark.parametrize("era", sorted(container.NUMA_SYSCALLS))
-def test_the_evidence_lines_make_the_calls_they_name(era):
-    row = container.NUMA_SYSCALLS[era]
-    lines = _sdist_file(era, "csrc/cpu/utils.cpp")
-    for call, where in row["calls"].items():
-        number = int(where.rsplit(":", 1)[1])
-        assert f"{call}(" in lines[number - 1], (era, call, lines[number - 1])
-    # Nothing else of the file asks for a memory policy: every libnuma call is one of the table's or makes none.
-    calls = set(re.findall(r"\b(numa_[a-z_]+)\(", "\n".join(lines)))
-    silent = {"numa_parse_nodestring", "numa_parse_cpustring_all", "numa_node_of_cpu", "numa_set_strict"}
-    assert calls - {"numa_free_nodemask", *silent} == set(row["calls"])
-    assert not re.search(r"\b(mbind|move_pages|numa_move_pages|numa_alloc\w*|numa_tonode\w*)\(", "\n".join(lines))
-    worker, number = row["entry"].split(" ", 1)[0].rsplit(":", 1)
-    assert "init_cpu_" in _sdist_file(era, worker)[int(number) - 1]
 
 
 # ------------------------------------------------------------------------------------------------ seccomp
