@@ -189,8 +189,6 @@ def test_a_release_before_the_table_is_refused(version):
         container.numa_syscalls(version)
 
 
-
-
 # ------------------------------------------------------------------------------------------------ seccomp
 
 
