@@ -111,49 +111,27 @@ def registry_problems(host, registry, transfer):
                 Refusal("not a way to get the image to the hosts", "archive or registry"),
             )
         )
+
+    def refused(why, fix):
+        return [*problems, say(host, "vllm_image_registry", registry, Refusal(why, fix))]
+
     if not isinstance(registry, str) or not registry:
-        return [
-            *problems,
-            say(host, "vllm_image_registry", registry, Refusal("empty", "localhost, or the registry's host[:port]")),
-        ]
+        return refused("empty", "localhost, or the registry's host[:port]")
     if registry.split(":", 1)[0].lower() in PUBLIC_REGISTRIES:
-        problems.append(
-            say(
-                host,
-                "vllm_image_registry",
-                registry,
-                Refusal(
-                    "a public registry, and the fleet serves only the image its builder made (nothing is pulled from"
-                    " or pushed to a public registry)",
-                    "name the inventory's own registry, or keep localhost with vllm_image_transfer: archive",
-                ),
-            )
+        return refused(
+            "a public registry, and the fleet serves only the image its builder made (nothing is pulled from or pushed"
+            " to a public registry)",
+            "name the inventory's own registry, or keep localhost with vllm_image_transfer: archive",
         )
-        return problems
-    refusal = image_reference(f"{registry}/{REPOSITORY}:0.0.0-class-0000000000000000")
-    if refusal:
-        problems.append(
-            say(
-                host,
-                "vllm_image_registry",
-                registry,
-                Refusal(
-                    "not a registry host (localhost, or a DNS name or address with an optional :port)",
-                    "write it as podman names it, such as registry.example:5000",
-                ),
-            )
+    if image_reference(f"{registry}/{REPOSITORY}:0.0.0-class-0000000000000000"):
+        return refused(
+            "not a registry host (localhost, or a DNS name or address with an optional :port)",
+            "write it as podman names it, such as registry.example:5000",
         )
-    elif transfer == "registry" and registry.split(":", 1)[0] == "localhost":
-        problems.append(
-            say(
-                host,
-                "vllm_image_registry",
-                registry,
-                Refusal(
-                    "localhost, which is no registry the hosts can pull from (vllm_image_transfer: registry)",
-                    "name the inventory's registry, or set vllm_image_transfer: archive (podman save, copy, load)",
-                ),
-            )
+    if transfer == "registry" and registry.split(":", 1)[0] == "localhost":
+        return refused(
+            "localhost, which is no registry the hosts can pull from (vllm_image_transfer: registry)",
+            "name the inventory's registry, or set vllm_image_transfer: archive (podman save, copy, load)",
         )
     return problems
 
