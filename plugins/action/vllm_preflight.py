@@ -199,6 +199,16 @@ def _render_simple(templar, variables, value, depth):
     return "".join(joined)
 
 
+def _unreadable(host, name, err):
+    """The problem of a variable whose value cannot be templated (a lookup of a missing file, an undefined name)."""
+    said = " ".join(str(getattr(err, "message", "") or err).split())
+    return (
+        f"{host}: {name}: cannot be read: {said[:400]}; fix: make what it reads (test certificates:"
+        " ansible-playbook vllm.cpu_fleet.tls_test_certs; the demo's whole cache: bash scripts/demo.sh), or correct"
+        " the variable."
+    )
+
+
 def _options(role):
     return _role_file(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
 
@@ -272,10 +282,16 @@ class ActionModule(ActionBase):
         the value instead of rendering it again (Ansible renders a variable anew at every reference).
         """
         options = _options(role)
-        provided = {}
+        provided, unreadable = {}, []
         for name in options:
             if name in merged:
-                merged[name] = provided[name] = _render(templar, merged, merged[name])
+                try:
+                    merged[name] = provided[name] = _render(templar, merged, merged[name])
+                except AnsibleError as err:
+                    # A value that reads a file or a variable that is not there (a certificate not made yet, a
+                    # cache not filled): named with the rest, and the checks go on without it.
+                    unreadable.append(_unreadable(host, name, err))
+                    merged.pop(name)
         result = ArgumentSpecValidator(options).validate(provided)
         problems = [
             f"{host}: {_TAGGED_TYPE.sub(_type_name, message)}; fix: give it the type"
@@ -288,7 +304,7 @@ class ActionModule(ActionBase):
         problems += checks.host_paths(host, options, result.validated_parameters)
         problems += checks.host_directories(host, result.validated_parameters)
         problems += checks.one_line(host, options, result.validated_parameters)
-        return result.validated_parameters, problems
+        return result.validated_parameters, problems, unreadable
 
     def _sections(self, host, task_vars, merged, templar):
         groups = task_vars.get("groups", {})
@@ -354,10 +370,12 @@ class ActionModule(ActionBase):
         # The container room reads the service's inputs too (the model source, the keys, the extra environment).
         serves = "container" in sections and host in task_vars.get("groups", {}).get("vllm_hosts", [])
         typed = [SHARED_ROLE, *(SECTION_ROLES[name] for name in sections), *(["vllm_service"] if serves else [])]
+        unreadable = []
         for role in dict.fromkeys(typed):
-            values, found = self._typed(host, role, merged, templar)
+            values, found, unread = self._typed(host, role, merged, templar)
             v.update(values)
             problems += found
+            unreadable += unread
         # Read by the checks but in no argument spec: the inventory's release rows, and vllm_service's
         # model argument (derived in its vars/main.yml).
         for name in ("vllm_release_overrides", "vllm_service_model_arg"):
@@ -387,7 +405,7 @@ class ActionModule(ActionBase):
             )
         if problems:
             # Wrong types make every later check guess: say them first, alone.
-            return self._fail(result, problems)
+            return self._fail(result, unreadable + problems)
 
         facts = dict(task_vars.get("ansible_facts", {}))
         recorded = None
@@ -401,7 +419,7 @@ class ActionModule(ActionBase):
             subsets = [v.get("vllm_fleet_network_facts", s) if s == "addresses" else s for s in args["gather_subset"]]
             module = self._read_host(merged, templar, facts, probe, subsets, task_vars)
             if module.get("failed"):
-                return self._fail(result, [f"{host}: {self._facts_failure(module, merged, templar)}"])
+                return self._fail(result, [*unreadable, f"{host}: {self._facts_failure(module, merged, templar)}"])
             probe = module.get("vllm_host_probe", {})
             recorded = probe.pop("converged", None)
             new_facts = module["ansible_facts"]
@@ -424,13 +442,12 @@ class ActionModule(ActionBase):
         elif "vllm_plan" in task_vars:
             host_plan = templar.template(task_vars["vllm_plan"])
         elif {"build_host", "service"} & set(sections):
-            return self._fail(
-                result, [f"{host}: no vllm_plan fact; run the vllm_plan role (site.yml's first play) first."]
-            )
+            missing_plan = f"{host}: no vllm_plan fact; run the vllm_plan role (site.yml's first play) first."
+            return self._fail(result, [*unreadable, missing_plan])
 
         if not releases_known:
             # The planner named the unknown vllm_version (versions() a role's own): every check below reads the release.
-            return self._fail(result, problems)
+            return self._fail(result, unreadable + problems)
         if "toolchain" in sections:
             role_templar = self._templar.copy_with_new_env(
                 available_variables=dict(merged, role_path=str(ROLES / "toolchain"))
@@ -486,8 +503,8 @@ class ActionModule(ActionBase):
 
         for warning in warnings:
             display.warning(warning)
-        if problems:
-            return self._fail(result, problems)
+        if problems or unreadable:
+            return self._fail(result, unreadable + problems)
         if args["converged"]:
             new_facts["vllm_fleet_converged_inputs"] = {
                 "own": self._own_digest(sections, v, facts, host_plan, new_facts),
@@ -631,7 +648,10 @@ class ActionModule(ActionBase):
     @staticmethod
     def _fail(result, problems):
         # Sections that read the same input say the same problem (an unknown release: the plan, the toolchain,
-        # the build and the install): once.
+        # the build and the install): once. A variable that could not be read is said once, as unreadable, not
+        # again by the checks that then saw it empty.
         problems = list(dict.fromkeys(problems))
+        unread = tuple(p[: p.index(" cannot be read: ")] for p in problems if " cannot be read: " in p)
+        problems = [p for p in problems if " cannot be read: " in p or not p.startswith(unread)] if unread else problems
         result.update(failed=True, changed=False, problems=problems, msg="\n".join(problems))
         return result

@@ -1,9 +1,75 @@
-"""Preflight's build_host room: the builder's Python, memory for the job cap, disk, the local patches."""
+"""Preflight's build_host room: the builder's Python, memory for the job cap, disk, the local patches, and every
+build input the controller must hold (oneDNN source, torch wheel, staged tarball), all named before any host
+changes."""
 
+import glob
 import os
+import shlex
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info, torch_pin
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import wheelhouse_command
+
+# scripts/onednn-source.sh by its path in this copy of the collection (preflight runs on the controller).
+ONEDNN_SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))), "scripts", "onednn-source.sh"
+)
+
+
+def _controller_sha256(path):
+    """sha256 of a controller file, or None when it is not a readable file."""
+    try:
+        return file_sha256(path)
+    except OSError:
+        return None
+
+
+def _built(artifacts, version):
+    """Whether the controller holds a built wheel of ``version`` for some build class: then this run may build
+    nothing, and the build role checks its inputs itself if new inputs make it build again."""
+    pattern = os.path.join(glob.escape(artifacts), "*", f"vllm-{glob.escape(version)}[+-]*.whl")
+    return bool(artifacts) and bool(glob.glob(pattern))
+
+
+def build_inputs(host, v, arch, probe, release, sha256=_controller_sha256, torch_wheels=glob.glob):
+    """The controller files a build of ``release`` reads: every missing or different one, each with its fix."""
+    problems = []
+    tarball = v.get("vllm_build_onednn_tarball") or ""
+    if tarball:
+        have = sha256(tarball)
+        want = v["vllm_build_onednn_sha256"]
+        if have != want:
+            state = "is missing" if have is None else f"has sha256 {have}, not vllm_build_onednn_sha256 {want}"
+            problems.append(
+                f"{host}: vllm_build_onednn_tarball: {tarball} {state}; fix: run"
+                f" {shlex.join(['bash', ONEDNN_SCRIPT, '--dest', os.path.dirname(tarball)])} on the controller, or"
+                " set vllm_build_onednn_tarball/vllm_build_onednn_sha256 to your copy ('' clones oneDNN from"
+                " GitHub)."
+            )
+    if v.get("vllm_build_torch_source") == "wheelhouse" and probe.get("python"):
+        tag = "cp" + probe["python"].replace(".", "")
+        pin = torch_pin(release["version"], arch, _overrides(v))
+        wheelhouse = v["vllm_build_wheelhouse"]
+        if not torch_wheels(os.path.join(glob.escape(wheelhouse), tag, f"torch-{glob.escape(pin)}-{tag}-*.whl")):
+            problems.append(
+                f"{host}: vllm_build_wheelhouse: {wheelhouse}/{tag} has no torch-{pin}-{tag}-*.whl"
+                f" (vllm_build_torch_source: wheelhouse); fix: run"
+                f" {wheelhouse_command(wheelhouse, '--vllm', release['version'], '--python', probe['python'])} on"
+                " the controller, or set vllm_build_torch_source: index with a CPU torch index in"
+                " vllm_build_pip_extra_index_urls."
+            )
+    if v.get("vllm_build_source") == "path":
+        path = v.get("vllm_build_source_path") or ""
+        want = v.get("vllm_build_source_sha256") or release["sdist_sha256"]
+        have = sha256(path) if path else None
+        if have != want:
+            state = "does not exist" if have is None else f"has sha256 {have}, expected {want}"
+            problems.append(
+                f"{host}: vllm_build_source_path: '{path}' {state}; fix: stage vllm-{release['version']}.tar.gz"
+                " there, or set vllm_build_source_sha256 for your own tarball."
+            )
+    return problems
 
 
 def build_host(host, v, plan, probe, controller_file=os.path.isfile):
@@ -52,4 +118,6 @@ def build_host(host, v, plan, probe, controller_file=os.path.isfile):
             f"{host}: vllm_build_patches names {', '.join(missing)}, not a file on the controller; fix: correct the"
             " path or drop it from the list."
         )
+    if not _built(v.get("vllm_build_artifacts_dir") or "", release["version"]):
+        problems += build_inputs(host, v, plan["arch"], probe, release)
     return problems, {"vllm_build_release": release, "vllm_build_probe": probe}

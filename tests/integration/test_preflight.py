@@ -67,6 +67,8 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
         "vllm_install_source": "wheel",
         "vllm_install_deps_source": "index",
         "vllm_install_artifacts_dir": controller_inputs["artifacts"],
+        # The wheel is built (the build role skips): preflight asks for no build input.
+        "vllm_build_artifacts_dir": controller_inputs["artifacts"],
         "vllm_install_python": sys.executable,
         "vllm_install_root": str(tmp_path / "opt-vllm"),
         "vllm_install_host_wheelhouse": str(tmp_path / "host-wheelhouse"),

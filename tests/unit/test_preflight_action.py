@@ -29,8 +29,8 @@ def _typed(task_vars):
     # The default controller cache is a lookup, which needs Ansible's plugin loader: these tests give their own.
     merged = action.ActionModule._variables(dict({"vllm_fleet_controller_cache": "/srv/cache"}, **task_vars), [])
     templar = Templar(loader=DataLoader(), variables={}).copy_with_new_env(available_variables=merged)
-    values, problems = action.ActionModule._typed("h1", action.SHARED_ROLE, merged, templar)
-    return merged, templar, values, problems
+    values, problems, unreadable = action.ActionModule._typed("h1", action.SHARED_ROLE, merged, templar)
+    return merged, templar, values, problems + unreadable
 
 
 def test_a_rendered_variable_is_not_rendered_again():

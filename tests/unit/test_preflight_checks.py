@@ -1276,3 +1276,65 @@ def test_every_pem_option_may_span_lines():
         "vllm_fleet_backend_tls_ca_certificate",
     } <= pem
     assert pem <= set(checks.MULTI_LINE_OPTIONS), pem - set(checks.MULTI_LINE_OPTIONS)
+
+
+SMALL_BUILD_PLAN = dict(PLAN, build=dict(PLAN["build"], max_jobs=2, fits_memory=True))
+
+
+def test_every_missing_build_input_is_named_at_once(tmp_path):
+    """An empty controller cache: the oneDNN tarball, the torch wheel and the staged tarball are named together."""
+    found = {"python": "3.11", "python_error": "", "mem_available_kib": 64 * 1048576, "disk_free_kib": 64 * 1048576}
+    build = build_vars(
+        vllm_build_source="path",
+        vllm_build_source_path=str(tmp_path / "vllm-0.32.0.tar.gz"),
+        vllm_build_source_sha256="",
+        vllm_build_onednn_tarball=str(tmp_path / "sources" / "onednn_3.7.2+ds.orig.tar.xz"),
+        vllm_build_onednn_sha256="0" * 64,
+        vllm_build_torch_source="wheelhouse",
+        vllm_build_wheelhouse=str(tmp_path / "wheelhouse"),
+    )
+    problems, _unused = checks.build_host("h", build, SMALL_BUILD_PLAN, found)
+    text = "\n".join(problems)
+    onednn = f"{tmp_path}/sources/onednn_3.7.2+ds.orig.tar.xz"
+    assert f"h: vllm_build_onednn_tarball: {onednn} is missing; fix: run bash " in text
+    assert f"onednn-source.sh --dest {tmp_path}/sources on the controller" in text
+    pin = checks.torch_pin("0.32.0", PLAN["arch"])
+    assert f"h: vllm_build_wheelhouse: {tmp_path}/wheelhouse/cp311 has no torch-{pin}-cp311-*.whl" in text
+    assert f"wheelhouse.sh --dest {tmp_path}/wheelhouse --vllm 0.32.0 --python 3.11 on the controller" in text
+    assert f"h: vllm_build_source_path: '{tmp_path}/vllm-0.32.0.tar.gz' does not exist" in text
+    assert len(problems) == 3, problems
+
+
+def test_present_build_inputs_pass_and_a_different_tarball_is_named(tmp_path):
+    found = {"python": "3.11", "python_error": "", "mem_available_kib": 64 * 1048576, "disk_free_kib": 64 * 1048576}
+    onednn = tmp_path / "onednn.tar.xz"
+    onednn.write_bytes(b"onednn")
+    pin = checks.torch_pin("0.32.0", PLAN["arch"])
+    (tmp_path / "wh" / "cp311").mkdir(parents=True)
+    (tmp_path / "wh" / "cp311" / f"torch-{pin}-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    good = build_vars(
+        vllm_build_onednn_tarball=str(onednn),
+        vllm_build_onednn_sha256=checks.file_sha256(str(onednn)),
+        vllm_build_torch_source="wheelhouse",
+        vllm_build_wheelhouse=str(tmp_path / "wh"),
+    )
+    problems, _unused = checks.build_host("h", good, SMALL_BUILD_PLAN, found)
+    assert problems == []
+    problems, _unused = checks.build_host("h", dict(good, vllm_build_onednn_sha256="f" * 64), SMALL_BUILD_PLAN, found)
+    (problem,) = problems
+    assert f"has sha256 {checks.file_sha256(str(onednn))}, not vllm_build_onednn_sha256 {'f' * 64}" in problem
+
+
+def test_build_inputs_are_not_asked_for_when_the_wheel_is_built(tmp_path):
+    found = {"python": "3.11", "python_error": "", "mem_available_kib": 64 * 1048576, "disk_free_kib": 64 * 1048576}
+    build = build_vars(
+        vllm_build_onednn_tarball=str(tmp_path / "missing.tar.xz"),
+        vllm_build_onednn_sha256="0" * 64,
+        vllm_build_artifacts_dir=str(tmp_path / "artifacts"),
+    )
+    problems, _unused = checks.build_host("h", build, SMALL_BUILD_PLAN, found)
+    assert [p for p in problems if "vllm_build_onednn_tarball" in p], problems
+    (tmp_path / "artifacts" / "x86_64").mkdir(parents=True)
+    (tmp_path / "artifacts" / "x86_64" / "vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.whl").write_bytes(b"")
+    problems, _unused = checks.build_host("h", build, SMALL_BUILD_PLAN, found)
+    assert problems == []
