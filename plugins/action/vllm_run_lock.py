@@ -108,20 +108,25 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
+        # The host whose lock this is: the load balancer a task delegates to (run_lock.yml locks those --limit
+        # leaves out), else the task's host.
+        host = self._task.delegate_to or task_vars.get("inventory_hostname")
         try:
             lease = int(args.get("lease", 21600))
         except (TypeError, ValueError):
             lease = -1
         if lease < 1:
             return dict(result, failed=True, msg=(
-                f"{task_vars.get('inventory_hostname')}: vllm_fleet_run_lock_lease: {args.get('lease')!r} is not a"
+                f"{host}: vllm_fleet_run_lock_lease: {args.get('lease')!r} is not a"
                 " number of seconds above 0; fix: set it to one, such as 21600 (6 hours)"))  # fmt: skip
         args["lease"] = lease
         me = this_run(lease)
         args["holder"] = me
         breaking = str(args.get("break_lock") or "")
         out = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
-        if out.get("failed") or args.get("state", "acquire") != "acquire" or out.get("acquired"):
+        if out.get("failed"):
+            return {**result, **out, "msg": f"{host}: vllm_fleet_run_lock: {out.get('msg')}"}
+        if args.get("state", "acquire") != "acquire" or out.get("acquired"):
             return dict(result, **out)
         current = out.get("holder") or {}
         verdict, message = decide(current, me, time.time(), breaking, holder_alive(current))
@@ -130,10 +135,10 @@ class ActionModule(ActionBase):
                 module_name=MODULE, module_args=dict(args, replace=current["run_id"]), task_vars=task_vars
             )
             if out.get("acquired"):
-                display.warning(f"{task_vars.get('inventory_hostname')}: {message}")
+                display.warning(f"{host}: {message}")
                 return {**result, **out, "msg": message}
             message = (
                 f"the run lock changed hands while this run took it over: it is held by "
                 f"{holder_text(out.get('holder') or {})} now; nothing was changed by this run. Fix: run again"
             )
-        return {**result, **out, "msg": f"{task_vars.get('inventory_hostname')}: {message}"}
+        return {**result, **out, "msg": f"{host}: {message}"}

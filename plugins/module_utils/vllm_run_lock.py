@@ -4,8 +4,10 @@ Without it, a second run read a host's rollout record while the first run was in
 "recovered" it (restarting every instance under the first run) and deleted the first run's snapshot, whose
 rollback then did nothing. Each host of a run holds a small JSON file naming the run that changes it: its id,
 owner, the controller and the ansible-playbook process, the playbook, when it started and until when its lease
-runs. A run takes the lock on every host before it changes any (playbooks/run_lock.yml) and gives it back after
-its last play (playbooks/run_unlock.yml); a run that stopped keeps it.
+runs. A run takes the lock on every host before it changes any (playbooks/run_lock.yml), and on every load balancer
+its rollout drains on, even one --limit leaves out (by delegation: two runs limited to different hosts would drain
+them at once, review day2-fleet-shape N2), and gives it back after its last play (playbooks/run_unlock.yml). A run
+that cannot take every lock gives back the locks it took (never another run's); a run that stopped later keeps it.
 
 Another run's lock is taken over only when that run is proven over: its ansible-playbook process, on this same
 controller (same machine id and pid namespace: containers built from one image share a machine id) no longer
@@ -92,9 +94,9 @@ def read(handle, path):
     try:
         current = json.loads(text)
     except ValueError as err:
-        raise LockError(f"{path}: not a run lock ({err}); remove it if no run is changing this host") from err
+        raise LockError(f"{path}: not a run lock ({err}); fix: remove it if no run is changing this host") from err
     if not isinstance(current, dict) or not current.get("run_id"):
-        raise LockError(f"{path}: not a run lock (no run_id); remove it if no run is changing this host")
+        raise LockError(f"{path}: not a run lock (no run_id); fix: remove it if no run is changing this host")
     return current
 
 
@@ -116,7 +118,10 @@ def _open(path, check_mode):
             os.makedirs(directory, mode=0o755)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     except OSError as err:
-        raise LockError(f"{path}: cannot open the run lock: {err.strerror}") from err
+        raise LockError(
+            f"{path}: cannot open the run lock: {err.strerror}; fix: let the connection user write there, or set"
+            " vllm_fleet_run_lock to a file it can write"
+        ) from err
     handle = os.fdopen(fd, "r+", encoding="utf-8")
     fcntl.flock(handle, fcntl.LOCK_EX)
     return handle

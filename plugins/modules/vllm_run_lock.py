@@ -6,14 +6,17 @@ module: vllm_run_lock
 short_description: Take or give back the run lock on a host, so that one run changes it at a time
 description:
   - A small JSON file on the host (O(path)) names the run that changes it - its id, owner, controller, ansible-playbook
-    process, playbook, start and lease. C(playbooks/run_lock.yml) takes it on every host of a run before any change;
-    C(playbooks/run_unlock.yml) gives it back after the run's last play. A run that stopped keeps it.
+    process, playbook, start and lease. C(playbooks/run_lock.yml) takes it on every host of a run before any change,
+    and on every load balancer the rollout drains on, even one C(--limit) leaves out (with C(delegate_to));
+    C(playbooks/run_unlock.yml) gives it back after the run's last play. A run that cannot take every lock gives back
+    what it took; a run that stopped later keeps it.
   - The action plugin of the same name computes the run's identity on the controller (the ansible-playbook process, so
     every task of one run has the same id) and decides whether another run's lock may be taken over - only when that
     run's ansible-playbook process has ended on this same controller, or when O(break_lock) names it. An ended lease
     alone proves nothing. When the lock is held by another run, the task does not fail; it returns C(acquired=false)
     and the refusal in C(msg), so a play can give back what it took on other hosts before it stops.
   - The lock is read, decided on and written under an exclusive C(flock); a free lock is an empty file.
+  - With C(delegate_to), the lock and the messages are the delegated host's.
   - The logic is C(module_utils/vllm_run_lock.py).
 version_added: "2.0.0"
 options:

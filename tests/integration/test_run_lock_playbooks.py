@@ -7,6 +7,11 @@ The playbook is the real playbooks/run_lock.yml, a play standing for the run's c
 host, and waits for a file when asked, as a run waits in a health gate), then the real playbooks/run_unlock.yml,
 on local hosts whose lock files live in the test's directory. The negative control runs the same two runs without
 run_lock.yml: the second changes the hosts while the first is still in its "gate".
+
+Under --limit (issue 41, review day2-fleet-shape N2), a run still locks every load balancer its rollout drains on,
+by delegation: two runs limited to different hosts cannot drain them at once. A lock run that cannot take every
+lock (held by another run, a host unreachable, a lock file it cannot read) gives back what it took, never another
+run's lock (N3): left behind, its locks refused every next job from AWX.
 """
 
 import json
@@ -28,17 +33,27 @@ FREE = {name: {} for name in HOSTS}
 MARK = "{{ run }}-{{ inventory_hostname }}"
 
 
-@pytest.fixture
-def fleet(tmp_path):
-    hosts = {name: {"vllm_fleet_run_lock": str(tmp_path / name / "run.lock")} for name in HOSTS}
+UNREACHABLE = {
+    "ansible_connection": "ssh",
+    "ansible_host": "192.0.2.1",  # TEST-NET-1: never answers
+    "ansible_ssh_common_args": "-o ConnectTimeout=2 -o BatchMode=yes",
+}
+
+
+def build_fleet(tmp_path, lbs=("lb-1",), monitoring=(), unreachable=()):
+    """Two vLLM hosts behind `lbs`, with `monitoring` hosts; the hosts in `unreachable` never answer."""
+    names = (*HOSTS[:2], *lbs, *monitoring)
+    hosts = {name: {"vllm_fleet_run_lock": str(tmp_path / name / "run.lock")} for name in names}
+    for name in unreachable:
+        hosts[name].update(UNREACHABLE)
     inventory = {
         "all": {
             "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
             "children": {
                 "vllm_hosts": {"hosts": {n: hosts[n] for n in HOSTS[:2]}},
-                "loadbalancers": {"hosts": {"lb-1": hosts["lb-1"]}},
+                "loadbalancers": {"hosts": {n: hosts[n] for n in lbs}},
                 "builders": {"hosts": {}},
-                "monitoring": {"hosts": {}},
+                "monitoring": {"hosts": {n: hosts[n] for n in monitoring}},
             },
         }
     }
@@ -68,6 +83,11 @@ def fleet(tmp_path):
     return tmp_path
 
 
+@pytest.fixture
+def fleet(tmp_path):
+    return build_fleet(tmp_path)
+
+
 def start(fleet, run, *extra, playbook="site.yml", wait=False):
     args = [ANSIBLE_PLAYBOOK, "-i", str(fleet / "inventory.yml"), str(fleet / playbook), "-e", f"run={run}"]
     args += ["-e", "wait=true"] if wait else []
@@ -82,9 +102,9 @@ def finish(proc):
     return proc.returncode, out
 
 
-def holders(fleet):
+def holders(fleet, names=HOSTS):
     out = {}
-    for name in HOSTS:
+    for name in names:
         path = fleet / name / "run.lock"
         text = path.read_text() if path.exists() else ""
         out[name] = json.loads(text) if text.strip() else {}
@@ -184,3 +204,68 @@ def test_another_controllers_lock_needs_the_break_flag_and_partial_locks_are_giv
     assert rc == 0 and changed(fleet, "d") == sorted(HOSTS), out
     assert "vllm_fleet_break_lock names it" in out, out
     assert holders(fleet) == FREE, out
+
+
+@pytest.mark.parametrize("lbs", [("lb-1",), ("lb-1", "lb-2")], ids=["one-lb", "two-lbs"])
+def test_two_runs_limited_to_different_hosts_the_second_stops_at_the_load_balancers(tmp_path, lbs):
+    fleet = build_fleet(tmp_path, lbs=lbs)
+    names = (*HOSTS[:2], *lbs)
+    first = start(fleet, "a", "--limit", "vllm-1", wait=True)
+    try:
+        wait_until(lambda: changed(fleet, "a") == ["vllm-1"], "the first run to reach its gate")
+        held = holders(fleet, names)
+        run_id = held["vllm-1"]["run_id"]
+        # --limit leaves the load balancers out of the play; the rollout drains vllm-1 on each: all are locked.
+        assert {name: lock.get("run_id") for name, lock in held.items()} == {
+            "vllm-1": run_id, "vllm-2": None, **dict.fromkeys(lbs, run_id)
+        }, held  # fmt: skip
+        rc, out = finish(start(fleet, "b", "--limit", "vllm-2"))
+        assert rc != 0, out
+        assert changed(fleet, "b") == [], f"the second run changed vllm-2 while the first drains vllm-1:\n{out}"
+        for lb in lbs:
+            assert f"{lb}: the run lock is held by run {run_id} (" in out, out
+        assert "RUN LOCKED: lb-1: " in out and f"ansible-playbook pid {first.pid} on " in out, out
+        assert f"site.yml) since {held['lb-1']['started']}" in out, out
+        assert f"-e vllm_fleet_break_lock={run_id}" in out, out
+        # Refused half-way: the second run took vllm-2, then gave it back; the first run's locks are as they were.
+        assert (fleet / "vllm-2" / "run.lock").exists(), out
+        assert holders(fleet, names) == held, out
+    finally:
+        (fleet / "go-a").touch()
+    rc, out = finish(first)
+    assert rc == 0, out
+    assert holders(fleet, names) == {name: {} for name in names}, f"the first run kept a lock:\n{out}"
+    rc, out = finish(start(fleet, "c", "--limit", "vllm-2"))
+    assert rc == 0 and changed(fleet, "c") == ["vllm-2"], out
+
+
+def test_a_lock_run_that_loses_a_host_gives_back_the_locks_it_took(tmp_path):
+    fleet = build_fleet(tmp_path, monitoring=("mon-1",), unreachable=("mon-1",))
+    rc, out = finish(start(fleet, "b"))
+    assert rc != 0 and changed(fleet, "b") == [], out
+    # Each was taken, then given back: the next job (from AWX, another pid namespace) is not refused.
+    assert all((fleet / name / "run.lock").exists() for name in HOSTS), out
+    assert holders(fleet) == FREE, f"the failed lock run left its locks behind:\n{out}"
+    assert "RUN LOCKED: mon-1: vllm_fleet_run_lock: this run lost the host before it held its run lock" in out, out
+
+
+def test_a_lock_run_that_cannot_read_a_lock_gives_back_the_others_and_leaves_that_file(fleet):
+    (fleet / "vllm-2").mkdir()
+    (fleet / "vllm-2" / "run.lock").write_text("not a lock\n")
+    rc, out = finish(start(fleet, "b"))
+    assert rc != 0 and changed(fleet, "b") == [], out
+    assert (fleet / "lb-1" / "run.lock").exists(), out
+    assert holders(fleet, ["vllm-1", "lb-1"]) == {"vllm-1": {}, "lb-1": {}}, (
+        f"the failed lock run kept its locks:\n{out}"
+    )
+    assert (fleet / "vllm-2" / "run.lock").read_text() == "not a lock\n", out
+    assert f"RUN LOCKED: vllm-2: vllm_fleet_run_lock: {fleet}/vllm-2/run.lock: not a run lock" in out, out
+    assert "fix: remove it if no run is changing this host" in out, out
+
+
+def test_a_limited_run_stops_when_a_load_balancer_outside_the_limit_cannot_be_locked(tmp_path):
+    fleet = build_fleet(tmp_path, unreachable=("lb-1",))
+    rc, out = finish(start(fleet, "b", "--limit", "vllm-1"))
+    assert rc != 0 and changed(fleet, "b") == [], out
+    assert (fleet / "vllm-1" / "run.lock").exists() and holders(fleet, ["vllm-1"]) == {"vllm-1": {}}, out
+    assert "RUN LOCKED: lb-1: vllm_fleet_run_lock: this run could not reach this load balancer, which the" in out, out
