@@ -91,6 +91,15 @@ def test_every_planned_instance_load_balancer_and_node_exporter_is_an_up_target(
     assert wanted <= set(seen), sorted(wanted - set(seen))
 
 
+def test_every_series_names_its_host_and_none_is_the_packages_own_configuration(host):
+    """Debian's package would start Prometheus on its own configuration before ours (localhost:9100, no host
+    label), and those series stay visible after the restart: the role keeps it masked until ours is there."""
+    # Over the whole life of the storage, not the last 5 minutes: a restart writes no staleness marker.
+    assert query(host, 'count_over_time(up{host=""}[1d])') == []
+    assert query(host, 'count_over_time(up{instance=~"localhost:.*"}[1d])') == []
+    assert query(host, 'count_over_time(ALERTS{host=""}[1d])') == []
+
+
 def test_a_completion_moves_the_request_counter_in_prometheus(host, request):
     lb = get_host("serve-lb", request)
     key = json.loads(
