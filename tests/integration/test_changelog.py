@@ -5,6 +5,7 @@ changelogs/fragments/. The fragments and changelog.yaml are valid, CHANGELOG.md 
 enough for an operator to read (the detail lives in docs/). How to add a fragment and release:
 changelogs/config.yaml's header."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -119,6 +120,33 @@ def test_entries_are_short_and_fragments_well_formed():
 def test_the_readme_pins_the_version_galaxy_yml_releases():
     readme = (REPO / "README.md").read_text()
     version = str(GALAXY["version"])
-    assert f"version: v{version} " in readme, "README's requirements.yml example pins another version"
     assert f"dist/vllm-cpu_fleet-{version}.tar.gz" in readme
     assert version in CHANGES["releases"], f"galaxy.yml's {version} is not a release of changelogs/changelog.yaml"
+
+
+def test_the_docs_name_no_version_of_the_collection_but_galaxy_ymls_and_no_tag_that_does_not_exist():
+    """A README or doc that names the collection's artifact names galaxy.yml's version, the one that is built and
+    released; a git tag it tells users to pin exists."""
+    artifacts, tags = [], []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = path.read_text()
+        artifacts += [(path.name, v) for v in re.findall(r"vllm-cpu_fleet-(\d+\.\d+\.\d+)\.tar\.gz", text)]
+        tags += [(path.name, v) for v in re.findall(r"version:\s*(v\d+\.\d+\.\d+)\b", text)]
+    assert artifacts, "the README names how to pin the collection's artifact"
+    wrong = [(name, v) for name, v in artifacts if v != GALAXY["version"]]
+    assert not wrong, f"galaxy.yml's version is {GALAXY['version']}; these name another: {wrong}"
+    existing = set(
+        subprocess.run(["git", "tag", "--list"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    )
+    missing = [(name, tag) for name, tag in tags if tag not in existing]
+    assert not missing, f"these name a tag the repository does not have: {missing}"
+
+
+def test_requires_ansible_admits_the_tested_core_and_no_untested_release():
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["requires_ansible"])
+    pinned = re.search(r"^ansible-core==(\S+)$", (REPO / "requirements.txt").read_text(), re.M)[1]
+    assert Version(pinned) in spec, f"requires_ansible {spec} refuses the ansible-core the tests run ({pinned})"
+    tested = Version(pinned)
+    assert Version(f"{tested.major}.{tested.minor + 1}.0") not in spec, f"{spec} admits a release nothing tested"
