@@ -204,8 +204,7 @@ def _unreadable(host, name, err):
     said = " ".join(str(getattr(err, "message", "") or err).split())
     return (
         f"{host}: {name}: cannot be read: {said[:400]}; fix: make what it reads (test certificates:"
-        " ansible-playbook vllm.cpu_fleet.tls_test_certs; the demo's whole cache: bash scripts/demo.sh), or correct"
-        " the variable."
+        " ansible-playbook vllm.cpu_fleet.tls_test_certs), or correct the variable."
     )
 
 
