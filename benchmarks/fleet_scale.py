@@ -60,6 +60,9 @@ def inventory(n, work):
         "vllm_plan_base_port": BASE_PORT,
         "vllm_plan_max_jobs": 1,
         "vllm_build_gcc122_workaround": True,
+        # The fake hosts never build: no oneDNN source or torch wheel for preflight to ask the controller for.
+        "vllm_build_onednn_tarball": "",
+        "vllm_build_torch_source": "index",
         "vllm_build_python": sys.executable,
         "vllm_build_work_root": str(work / "build"),
         "vllm_build_ccache_dir": str(work / "ccache"),

@@ -67,8 +67,11 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
         "vllm_install_source": "wheel",
         "vllm_install_deps_source": "index",
         "vllm_install_artifacts_dir": controller_inputs["artifacts"],
-        # The wheel is built (the build role skips): preflight asks for no build input.
+        # The 0.32.0 wheel is built (the build role skips): preflight asks for no build input. Another release
+        # would be built: with oneDNN from upstream and torch from an index, the controller holds no input for it.
         "vllm_build_artifacts_dir": controller_inputs["artifacts"],
+        "vllm_build_onednn_tarball": "",
+        "vllm_build_torch_source": "index",
         "vllm_install_python": sys.executable,
         "vllm_install_root": str(tmp_path / "opt-vllm"),
         "vllm_install_host_wheelhouse": str(tmp_path / "host-wheelhouse"),

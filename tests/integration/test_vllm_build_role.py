@@ -69,6 +69,9 @@ def test_gcc122_without_the_opt_in_stops_in_preflight(tmp_path):
             vllm_version: "0.32.0"
             vllm_build_artifacts_dir: {str(artifacts)!r}
             vllm_build_work_root: {str(tmp_path / "work")!r}
+            # No controller inputs for preflight to ask for: the compiler is what stops this run.
+            vllm_build_onednn_tarball: ""
+            vllm_build_torch_source: index
             toolchain_facts: {{cc: /usr/bin/gcc-12, cxx: /usr/bin/g++-12, gcc_version: "12.2.0"}}
           roles: [vllm.cpu_fleet.vllm_plan, vllm.cpu_fleet.vllm_build]
         """,
