@@ -45,6 +45,8 @@ SERVICE_FLAGS = {
     "--ssl-certfile": "vllm_service_tls_certificate",
     "--ssl-keyfile": "vllm_service_tls_key",
 }
+# vLLM reads every key of this YAML file as a flag (--config x.yaml), which the deny-list above cannot see.
+CONFIG_FLAG = ("--config",)
 # The environment the plan and vllm_service write (instance.env.j2, secrets.env.j2), which vllm_service_extra_env
 # would replace: the plan's CPU binding and KV cache, the key and the paths served without it, the middleware's
 # import path. And VLLM_API_KEY, kept from vLLM: 0.13 to 0.28 write it verbatim into their compile cache.
@@ -54,6 +56,60 @@ SERVICE_ENV = {
     "VLLM_SERVICE_PREVIOUS_API_KEY": "vllm_service_api_key_previous",
     "VLLM_SERVICE_OPEN_PATHS": "vllm_service_paths_without_key",
     "HF_TOKEN": "vllm_service_hf_token",
+}
+# Names other programs own in every instance's environment, refused in vllm_service_extra_env by class whatever the
+# value (issue 44 item 2): what reads them, and where to set what the operator meant. VLLM_SERVICE_ is the role's and
+# its key middleware's (files/vllm_service_auth.py): the keys, their NAME_FILE forms (a second, guessable key),
+# VLLM_SERVICE_OPEN_PATHS, VLLM_SERVICE_ALLOW_UNAUTHENTICATED; LD_ and GLIBC_TUNABLES the dynamic loader's (a library
+# LD_PRELOAD or LD_AUDIT names runs inside every instance, beside the key); PYTHON the interpreter's (PYTHONPATH is
+# the role's, PYTHONSTARTUP, PYTHONINSPECT, PYTHONWARNINGS, PYTHONHOME run or import code), except the inert switches
+# below.
+OWNED_ENV_CLASSES = {
+    "VLLM_SERVICE_": (
+        "the role and its key middleware read it (the keys and their NAME_FILE key files, the paths served without a"
+        " key, serving without one)",
+        "drop it and set vllm_service_api_key, vllm_service_api_key_previous, vllm_service_paths_without_key or"
+        " vllm_service_allow_unauthenticated",
+    ),
+    "LD_": (
+        "the dynamic loader reads it (a library it names runs inside every instance, beside the key; the role writes"
+        " LD_PRELOAD itself)",
+        "drop it",
+    ),
+    "PYTHON": (
+        "the Python interpreter reads it (PYTHONPATH is the role's; others run or import code at start)",
+        "drop it (PYTHONUNBUFFERED, PYTHONDONTWRITEBYTECODE, PYTHONFAULTHANDLER, PYTHONHASHSEED, PYTHONIOENCODING and"
+        " PYTHONUTF8 may be set)",
+    ),
+    "rust": (
+        "vLLM's Rust front end reads it, which serves in place of the Python API server and so without the key"
+        " middleware",
+        "drop it",
+    ),
+}
+OWNED_ENV_PREFIXES = ("VLLM_SERVICE_", "LD_", "PYTHON")
+OWNED_ENV = {"GLIBC_TUNABLES": "LD_", "VLLM_USE_RUST_FRONTEND": "rust", "VLLM_RUST_FRONTEND_PATH": "rust"}
+INERT_PYTHON_ENV = frozenset(
+    (
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONFAULTHANDLER",
+        "PYTHONHASHSEED",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+    )
+)
+# vLLM's unsafe switches (vllm/envs.py of 0.13 to 0.33): set in vllm_service_extra_env only when
+# vllm_service_allow_unsafe_env names them, whatever the value.
+UNSAFE_VLLM_ENV = {
+    "VLLM_SERVER_DEV_MODE": "adds development endpoints that reset, sleep, reconfigure and call into the engine",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "lets the engine's messages carry pickle, which runs code when read",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "lets every client with the key load an adapter from any path or the hub",
+    "VLLM_DEBUG_LOG_API_SERVER_RESPONSE": "writes every response into the journal",
+    "VLLM_ENABLE_RESPONSES_API_STORE": "keeps every stored response in memory until the instance stops",
+    "VLLM_TORCH_PROFILER_DIR": "adds endpoints that make the instance write profiles to disk",
+    "VLLM_LOGGING_CONFIG_PATH": "a logging configuration can import and call any Python code",
+    "VLLM_LOOPBACK_IP": "moves the workers' message queue off loopback (VLLM_HOST_IP keeps the engine's there)",
 }
 # The least an API key must have: characters, and bits by the spread of its characters (Shannon entropy times
 # length; `openssl rand -hex 16` has about 110, `-hex 32` about 245).
@@ -215,11 +271,22 @@ def _service_overrides(host, v, plan):
     keys that are no bearer token."""
     problems = []
     taken = {}
+    config = []
     for arg in map(str, v["vllm_service_extra_args"]):
-        flag = arg.split("=", 1)[0]
-        flag = flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag
-        if flag in SERVICE_FLAGS:
+        flag = vllm_flag(arg)
+        if any(flag == name or is_abbreviation(flag, name) for name in CONFIG_FLAG):
+            config.append(flag)
+        elif flag in SERVICE_FLAGS:
             taken.setdefault(flag, SERVICE_FLAGS[flag])
+        for name in sorted(name for name in SERVICE_FLAGS if is_abbreviation(flag, name)):
+            # argparse takes a unique start of a long option for it (vLLM's parser allows abbreviations).
+            taken.setdefault(f"{flag} (read as {name})", SERVICE_FLAGS[name])
+    if config:
+        problems.append(
+            f"{host}: vllm_service_extra_args: has {', '.join(config)}, a vLLM configuration file, whose keys are"
+            " flags preflight cannot see (the port, the host, the key, the certificate); fix: drop it and give each"
+            " setting as its own vllm_service_extra_args entries (--name value), which preflight checks."
+        )
     if taken:
         problems.append(
             f"{host}: vllm_service_extra_args: has {', '.join(taken)}, which the role already sets (vLLM takes the"
@@ -231,6 +298,7 @@ def _service_overrides(host, v, plan):
     runtime = set(v.get("vllm_service_runtime_env_names") or ())
     env = v["vllm_service_extra_env"]
     replaced = sorted(name for name in env if name in planned or name in runtime or name in SERVICE_ENV)
+    problems += _owned_env(host, env, replaced, v.get("vllm_service_allow_unsafe_env") or [])
     if replaced:
         owner = {name: SERVICE_ENV.get(name, "the plan" if name in planned else "vllm_service") for name in replaced}
         where = [f"{name}: {who}" for name, who in owner.items()]
@@ -257,6 +325,54 @@ def _service_overrides(host, v, plan):
             refusal = key_strength(v[name])
             if refusal:
                 problems.append(say(host, name, v[name], refusal, secret=True))
+    return problems
+
+
+def vllm_flag(arg):
+    """The option vLLM's parser reads ``arg`` as: the part before ``=`` and before the first ``.`` (its dotted form
+    sets a key of a JSON option), with ``_`` as ``-`` in a long option."""
+    flag = arg.split("=", 1)[0]
+    if not flag.startswith("--"):
+        return flag
+    return "--" + flag[2:].split(".", 1)[0].replace("_", "-")
+
+
+def is_abbreviation(flag, name):
+    """Whether argparse (vLLM's parser allows abbreviations) could read ``flag`` as the option ``name``: a shorter
+    start of it beyond the prefix characters (``--tensor-parallel`` for ``--tensor-parallel-size``, ``-t`` for
+    ``-tp``)."""
+    return flag.lstrip("-") != "" and name != flag and name.startswith(flag)
+
+
+def _owned_env(host, env, replaced, allowed):
+    """vllm_service_extra_env names other programs own (the role's middleware, the loader, the interpreter), and
+    vLLM's unsafe switches the inventory did not opt into (vllm_service_allow_unsafe_env)."""
+    problems = []
+    owned = {}
+    unsafe = []
+    for name in sorted(name for name in env if isinstance(name, str) and name not in replaced):
+        if env_name(name):
+            continue
+        owner = OWNED_ENV.get(name) or next((p for p in OWNED_ENV_PREFIXES if name.startswith(p)), None)
+        if owner and name not in INERT_PYTHON_ENV:
+            owned.setdefault(owner, []).append(name)
+        elif name in UNSAFE_VLLM_ENV and name not in allowed:
+            unsafe.append(name)
+    for owner, names in owned.items():
+        reads, fix = OWNED_ENV_CLASSES[owner]
+        problems.append(f"{host}: vllm_service_extra_env: sets {', '.join(names)}; {reads}; fix: {fix}.")
+    if unsafe:
+        problems.append(
+            f"{host}: vllm_service_extra_env: sets {', '.join(unsafe)}, which vLLM reads as an unsafe switch ("
+            + "; ".join(f"{name} {UNSAFE_VLLM_ENV[name]}" for name in unsafe)
+            + "); fix: drop it, or name it in vllm_service_allow_unsafe_env to set it on purpose."
+        )
+    unknown = [str(name) for name in allowed if name not in UNSAFE_VLLM_ENV]
+    if unknown:
+        problems.append(
+            f"{host}: vllm_service_allow_unsafe_env: names {', '.join(unknown)}, which is none of vLLM's unsafe"
+            f" switches this role knows; fix: name only {', '.join(UNSAFE_VLLM_ENV)}."
+        )
     return problems
 
 

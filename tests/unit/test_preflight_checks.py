@@ -3,14 +3,18 @@
 import hashlib
 import json
 import os
+import re
 
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight_install as install
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight_service as service_room
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO, load_expected_facts
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 FACTS = {
     "vllm_cpu": load_expected_facts("spr-2s-amx"),
@@ -478,6 +482,161 @@ def test_extra_env_may_not_replace_the_plan_or_the_key(extra_env, expected):
     assert len(problems) == 1
     assert problems[0].startswith("h: vllm_service_extra_env")
     assert expected in problems[0]
+
+
+def run_service(**changes):
+    return checks.service("h", service_vars(**changes), FACTS, PLAN, service_probe(), [], lambda p: True)
+
+
+# Names other programs own (issue 44 item 2), refused by class whatever the value: the middleware's (a second key
+# from a file any process can read, serving without a key), the loader's, the interpreter's, vLLM's Rust front end.
+@pytest.mark.parametrize(
+    ("name", "value", "reads"),
+    [
+        ("VLLM_SERVICE_PREVIOUS_API_KEY_FILE", "/etc/hostname", "the role and its key middleware read it"),
+        ("VLLM_SERVICE_API_KEY_FILE", "/run/secrets/VLLM_SERVICE_API_KEY", "the role and its key middleware"),
+        ("VLLM_SERVICE_ALLOW_UNAUTHENTICATED", "1", "the role and its key middleware read it"),
+        ("VLLM_SERVICE_ALLOW_UNAUTHENTICATED", 1, "the role and its key middleware read it"),
+        ("VLLM_SERVICE_SOMETHING_LATER", "", "the role and its key middleware read it"),
+        ("VLLM_USE_RUST_FRONTEND", "1", "vLLM's Rust front end reads it, which serves in place of the Python API"),
+        ("VLLM_RUST_FRONTEND_PATH", "/tmp/vllm-rs", "vLLM's Rust front end reads it"),
+        ("LD_AUDIT", "/tmp/x.so", "the dynamic loader reads it"),
+        ("LD_LIBRARY_PATH", "/tmp", "the dynamic loader reads it"),
+        ("LD_BIND_NOW", "1", "the dynamic loader reads it"),
+        ("GLIBC_TUNABLES", "glibc.malloc.check=3", "the dynamic loader reads it"),
+        ("PYTHONINSPECT", "1", "the Python interpreter reads it"),
+        ("PYTHONSTARTUP", "/tmp/x.py", "the Python interpreter reads it"),
+        ("PYTHONWARNINGS", "ignore::evil.Category", "the Python interpreter reads it"),
+        ("PYTHONHOME", "/tmp", "the Python interpreter reads it"),
+        ("PYTHONBREAKPOINT", "os.system", "the Python interpreter reads it"),
+    ],
+)
+def test_extra_env_may_not_set_what_the_middleware_the_loader_or_the_interpreter_reads(name, value, reads):
+    problems = run_service(vllm_service_extra_env={name: value})
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"h: vllm_service_extra_env: sets {name}; {reads}")
+    assert "; fix: drop it" in problems[0]
+    # No opt-in unlocks them: they are not vLLM's switches.
+    problems = run_service(vllm_service_extra_env={name: value}, vllm_service_allow_unsafe_env=[name])
+    assert [p.split(":")[1] for p in problems] == [" vllm_service_extra_env", " vllm_service_allow_unsafe_env"]
+
+
+OWNED_NAMES = st.one_of(
+    st.sampled_from(sorted(service_room.OWNED_ENV)),
+    st.builds(
+        lambda prefix, rest: prefix + rest,
+        st.sampled_from(service_room.OWNED_ENV_PREFIXES),
+        st.from_regex(r"[A-Z0-9_]{0,12}", fullmatch=True),
+    ).filter(lambda name: name not in service_room.INERT_PYTHON_ENV),
+)
+UNSAFE_NAMES = st.sampled_from(sorted(service_room.UNSAFE_VLLM_ENV))
+# Names of the operator's own (vLLM's safe knobs, the libraries' own): accepted as before.
+OWN_NAMES = st.from_regex(r"[A-Z][A-Z0-9_]{0,16}", fullmatch=True).filter(
+    lambda name: (
+        not name.startswith(tuple(service_room.OWNED_ENV_PREFIXES))
+        and name not in service_room.OWNED_ENV
+        and name not in service_room.UNSAFE_VLLM_ENV
+        and name not in service_room.SERVICE_ENV
+        and name not in {"HOME", "LD_PRELOAD", "PYTHONPATH"}
+        and name not in {key for instance in PLAN["instances"] for key in instance.get("env", {})}
+    )
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    owned=st.lists(OWNED_NAMES, max_size=3, unique=True),
+    unsafe=st.lists(UNSAFE_NAMES, max_size=3, unique=True),
+    own=st.lists(OWN_NAMES, max_size=3, unique=True),
+    inert=st.lists(st.sampled_from(sorted(service_room.INERT_PYTHON_ENV)), max_size=2, unique=True),
+    value=st.sampled_from(["1", "0", "", "true", "/etc/hostname"]),
+    opted=st.booleans(),
+)
+def test_extra_env_is_refused_by_class_and_the_unsafe_switches_only_without_the_opt_in(
+    owned, unsafe, own, inert, value, opted
+):
+    env = {name: value for name in [*owned, *unsafe, *own, *inert]}
+    problems = run_service(vllm_service_extra_env=env, vllm_service_allow_unsafe_env=unsafe if opted else [])
+    assert all(p.startswith("h: vllm_service_extra_env: sets ") and "; fix: " in p for p in problems), problems
+    # The names each problem lists: "sets A, B; the loader reads it" or "sets A, B, which vLLM reads ...".
+    said = [name for p in problems for name in re.match(r"h: [a-z_]+: sets (.+?)(;|, which) ", p)[1].split(", ")]
+    assert sorted(said) == sorted(owned + ([] if opted else unsafe))
+
+
+@pytest.mark.parametrize("name", sorted(service_room.UNSAFE_VLLM_ENV))
+def test_an_unsafe_vllm_switch_needs_the_documented_opt_in(name):
+    (problem,) = run_service(vllm_service_extra_env={name: "1"})
+    assert problem == (
+        f"h: vllm_service_extra_env: sets {name}, which vLLM reads as an unsafe switch ({name}"
+        f" {service_room.UNSAFE_VLLM_ENV[name]}); fix: drop it, or name it in vllm_service_allow_unsafe_env to set"
+        " it on purpose."
+    )
+    assert run_service(vllm_service_extra_env={name: "1"}, vllm_service_allow_unsafe_env=[name]) == []
+    # Named in docs/security.md and the role's argument spec, which the opt-in's README entry is generated from.
+    assert f"`{name}`" in (REPO / "docs" / "security.md").read_text()
+    spec = yaml.safe_load((REPO / "roles/vllm_service/meta/argument_specs.yml").read_text())
+    assert f"C({name})" in " ".join(
+        spec["argument_specs"]["main"]["options"]["vllm_service_allow_unsafe_env"]["description"]
+    )
+
+
+@pytest.mark.parametrize("allowed", [["VLLM_SERVER_DEV_MOD"], ["LD_PRELOAD"], ["VLLM_SERVICE_ALLOW_UNAUTHENTICATED"]])
+def test_the_opt_in_names_only_unsafe_vllm_switches(allowed):
+    (problem,) = run_service(vllm_service_allow_unsafe_env=allowed)
+    assert problem.startswith(
+        f"h: vllm_service_allow_unsafe_env: names {allowed[0]}, which is none of vLLM's unsafe switches this role"
+        " knows; fix: name only VLLM_SERVER_DEV_MODE, "
+    )
+
+
+def test_the_opt_in_is_declared_like_its_neighbours():
+    defaults = yaml.safe_load((REPO / "roles/vllm_service/defaults/main.yml").read_text())
+    spec = yaml.safe_load((REPO / "roles/vllm_service/meta/argument_specs.yml").read_text())
+    option = spec["argument_specs"]["main"]["options"]["vllm_service_allow_unsafe_env"]
+    assert defaults["vllm_service_allow_unsafe_env"] == option["default"] == []
+    assert (option["type"], option["elements"]) == ("list", "str")
+
+
+# vLLM reads every key of a --config YAML as a flag (the port, the host, --api-key, the certificate): preflight cannot
+# see them, so the file is refused in every spelling vLLM's parser takes; argparse also takes a unique start of a long
+# option for it, and vLLM's dotted form (--api-key.x) sets the option it starts with.
+@pytest.mark.parametrize(
+    ("extra_args", "said"),
+    [
+        (["--config", "/tmp/x.yaml"], "has --config, a vLLM configuration file"),
+        (["--config=/tmp/x.yaml"], "has --config, a vLLM configuration file"),
+        (["--conf", "/tmp/x.yaml"], "has --conf, a vLLM configuration file"),
+        (["--config.port", "9"], "has --config, a vLLM configuration file"),
+        (["--tensor-parallel", "4"], "--tensor-parallel (read as --tensor-parallel-size): vllm_plan_tp"),
+        (["--tensor_parallel=4"], "--tensor-parallel (read as --tensor-parallel-size): vllm_plan_tp"),
+        (["-t", "4"], "-t (read as -tp): vllm_plan_tp"),
+        (["--por=9000"], "--por (read as --port): vllm_plan_base_port"),
+        (["--api-k", "x"], "--api-k (read as --api-key): vllm_service_api_key"),
+        (["--ssl-key", "/tmp/k"], "--ssl-key (read as --ssl-keyfile): vllm_service_tls_key"),
+        (["--api-key.x", "y"], "--api-key: vllm_service_api_key"),
+    ],
+)
+def test_extra_args_may_not_carry_a_config_file_or_abbreviate_what_the_role_sets(extra_args, said):
+    (problem,) = run_service(vllm_service_extra_args=extra_args)
+    assert problem.startswith("h: vllm_service_extra_args: has ")
+    assert said in problem and "; fix: " in problem
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    flag=st.sampled_from(sorted(service_room.SERVICE_FLAGS)),
+    cut=st.integers(min_value=1, max_value=40),
+    underscores=st.booleans(),
+    equals=st.booleans(),
+)
+def test_every_start_of_a_flag_the_role_sets_is_refused(flag, cut, underscores, equals):
+    dashes = 2 if flag.startswith("--") else 1
+    start = flag[: max(dashes + 1, len(flag) - cut)]
+    written = start[:dashes] + (start[dashes:].replace("-", "_") if underscores and dashes == 2 else start[dashes:])
+    problems = run_service(vllm_service_extra_args=[f"{written}=1"] if equals else [written, "1"])
+    assert len(problems) == 1 and problems[0].startswith("h: vllm_service_extra_args: has "), problems
+    # Flags of the operator's own that only share a start with them stay accepted.
+    assert run_service(vllm_service_extra_args=["--enable-prefix-caching", "--max-num-partial-prefills", "2"]) == []
 
 
 @pytest.mark.parametrize("name", ["vllm_service_api_key", "vllm_service_api_key_previous", "vllm_service_hf_token"])

@@ -13,11 +13,13 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 from ansible_collections.vllm.cpu_fleet.plugins.action import vllm_preflight as action
 from ansible_collections.vllm.cpu_fleet.plugins.filter import vllm_container as container_filters
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_container
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import probe
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO, load_expected_facts
 from ansible_collections.vllm.cpu_fleet.tests.unit.test_image import wheelhouse
+from ansible_collections.vllm.cpu_fleet.tests.unit.test_preflight_checks import run_service
 
 FACTS = {
     "vllm_cpu": load_expected_facts("spr-2s-amx"),
@@ -216,6 +218,35 @@ def test_a_container_host_gets_the_container_room_instead_of_the_install():
     assert _sections("v1", groups, vllm_service_mode="container") == [
         "plan", "toolchain", "service", "rollout", "container",
     ]  # fmt: skip
+
+
+def test_a_container_host_gets_the_service_rooms_refusals_of_the_extra_environment_and_arguments():
+    # The container unit's environment file is made of the same vllm_service_extra_env (tasks/container.yml), and
+    # its Exec= of the same vllm_service_extra_args: what the key middleware, the loader or the interpreter read,
+    # vLLM's unsafe switches and --config are refused in the service room, which a container host runs too
+    # (issue 44 item 2), before any host changes.
+    groups = {"vllm_hosts": ["v1"], "loadbalancers": [], "builders": []}
+    assert "service" in _sections("v1", groups, vllm_service_mode="container")
+    hostile = {
+        "VLLM_SERVICE_PREVIOUS_API_KEY_FILE": "/etc/hostname",
+        "LD_AUDIT": "/tmp/x.so",
+        "PYTHONINSPECT": "1",
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
+    text = vllm_container.podman_env_file(hostile)
+    assert all(f"{name}=" in text for name in hostile)
+    problems = run_service(
+        vllm_service_mode="container", vllm_service_extra_env=hostile, vllm_service_extra_args=["--config", "x.yaml"]
+    )
+    assert [problem.split(";")[0] for problem in problems] == [
+        "h: vllm_service_extra_args: has --config, a vLLM configuration file, whose keys are flags preflight cannot"
+        " see (the port, the host, the key, the certificate)",
+        "h: vllm_service_extra_env: sets LD_AUDIT",
+        "h: vllm_service_extra_env: sets PYTHONINSPECT",
+        "h: vllm_service_extra_env: sets VLLM_SERVICE_PREVIOUS_API_KEY_FILE",
+        "h: vllm_service_extra_env: sets VLLM_SERVER_DEV_MODE, which vLLM reads as an unsafe switch"
+        " (VLLM_SERVER_DEV_MODE adds development endpoints that reset, sleep, reconfigure and call into the engine)",
+    ]
 
 
 def test_a_builder_gets_the_container_room_while_any_host_serves_from_a_container():
