@@ -368,6 +368,11 @@ def validate_row(version, row, where=OVERRIDES_VARIABLE):
 # ----------------------------------------------------------------- overrides
 
 _ACTIVE_OVERRIDES = [None]
+# Merged tables by the overrides' canonical form. Every lookup of a plan (version, class, route, torch, ...) asks
+# for the table; from Ansible, the overrides are its tagged, lazy values, whose deep copy costs milliseconds per
+# value: merged once per distinct overrides (per process), not once per lookup.
+_MERGED = {}
+_MERGED_MAX = 16
 
 
 def _shown(value):
@@ -382,6 +387,25 @@ def _strip_v(text):
     return text[1:] if text[:1] in ("v", "V") else text
 
 
+def _canonical(value):
+    """A hashable form of the overrides that keeps each value's type (1 and "1", a list and a tuple differ),
+    or None for a type it does not know (then nothing is cached)."""
+    if isinstance(value, bool) or value is None:
+        return (type(value).__name__, value)
+    for kind in (str, int, float):
+        if isinstance(value, kind):
+            return (kind.__name__, kind(value))
+    if isinstance(value, dict):
+        items = [(_canonical(k), _canonical(v)) for k, v in value.items()]
+        if any(k is None or v is None for k, v in items):
+            return None
+        return ("dict", tuple(sorted(items, key=repr)))
+    if isinstance(value, (list, tuple)):
+        items = tuple(_canonical(v) for v in value)
+        return None if None in items else (type(value).__name__, items)
+    return None
+
+
 def table(overrides=None):
     """The built-in rows with the inventory's validated overrides merged over them (a row replaces a row)."""
     overrides = _ACTIVE_OVERRIDES[-1] if overrides is None else overrides
@@ -390,10 +414,13 @@ def table(overrides=None):
     if not isinstance(overrides, dict):
         fix = f"fix: generate it with `{probe_command('X.Y.Z')}`"
         raise InvalidReleaseRowError([f"{OVERRIDES_VARIABLE}: {_shown(overrides)} is not a dict; {fix}"])
+    key = _canonical(overrides)
+    if key is not None and key in _MERGED:
+        return _MERGED[key]
     merged = dict(RELEASES)
     problems = []
-    for key, row in overrides.items():
-        version = _strip_v(key)
+    for version_key, row in overrides.items():
+        version = _strip_v(version_key)
         if isinstance(row, dict) and "version" in row:
             row = dict(row, version=_strip_v(row["version"]))
         found = validate_row(version, row)
@@ -405,6 +432,10 @@ def table(overrides=None):
             merged[version]["prebuilt"] = _prebuilt(version, merged[version])
     if problems:
         raise InvalidReleaseRowError(problems)
+    if key is not None:
+        if len(_MERGED) >= _MERGED_MAX:
+            _MERGED.clear()
+        _MERGED[key] = merged
     return merged
 
 

@@ -258,6 +258,43 @@ def _row(version="0.34.0", **changes):
     return row
 
 
+def test_overrides_are_validated_and_merged_once_per_distinct_value(monkeypatch):
+    """A plan looks the table up dozens of times; from Ansible each merge deep-copies tagged values (16 s of one
+    host's plan at 2026-12-02 with one override row): merged once per distinct overrides, never stale."""
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_releases as releases
+
+    monkeypatch.setattr(releases, "_MERGED", {}, raising=False)
+    calls = []
+    real = releases.validate_row
+
+    def counted(version, row, *args, **kwargs):
+        calls.append(version)
+        return real(version, row, *args, **kwargs)
+
+    monkeypatch.setattr(releases, "validate_row", counted)
+    overrides = {"0.34.0": _row(torch_version="2.15.0")}
+    for _ in range(5):
+        assert release_info("0.34.0", overrides=overrides)["torch_version"] == "2.15.0"
+        assert build_class("0.34.0", {"arch": "x86_64", "isa_class": "x86_64-amx", "isa": SPR_ISA}, overrides)
+    assert calls == ["0.34.0"]
+    # An equal copy is the same overrides; a changed row, or the same text as another type, is merged anew.
+    assert release_info("0.34.0", overrides=copy.deepcopy(overrides))["torch_version"] == "2.15.0"
+    assert calls == ["0.34.0"]
+    changed = {"0.34.0": _row(torch_version="2.16.0")}
+    assert release_info("0.34.0", overrides=changed)["torch_version"] == "2.16.0"
+    assert release_info("0.34.0", overrides=overrides)["torch_version"] == "2.15.0"
+    assert calls == ["0.34.0", "0.34.0"]
+    # A bad row is refused every time it is asked for, never remembered as merged.
+    bad = {"0.34.0": _row(torch_version=None)}
+    for _ in range(2):
+        with pytest.raises(InvalidReleaseRowError):
+            release_info("0.34.0", overrides=bad)
+    assert calls == ["0.34.0"] * 4
+    # A caller changing what it got changes no later answer (release_info hands out copies).
+    release_info("0.34.0", overrides=overrides)["torch_version"] = "mutated"
+    assert release_info("0.34.0", overrides=overrides)["torch_version"] == "2.15.0"
+
+
 def test_an_override_adds_a_release():
     overrides = {"0.34.0": _row(torch_version="2.15.0")}
     info = release_info("v0.34.0", overrides=overrides)
