@@ -208,6 +208,12 @@ def _unreadable(host, name, err):
     )
 
 
+def _address_text(value):
+    """An address as the server lines write it (str() of a string or a number), or None for what did not render
+    to one."""
+    return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+
+
 def _options(role):
     return _role_file(role, "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
 
@@ -393,7 +399,9 @@ class ActionModule(ActionBase):
         problems += checks.bounds(host, v) + found
         problems += checks.names(host, v, task_vars.get("groups", {}), _role_defaults())
         if "loadbalancer" in sections:
-            problems += checks.loadbalancer(host, v)
+            problems += checks.loadbalancer(host, v, self._backend_addresses(v, task_vars))
+        if "service" in sections:
+            problems += checks.service_sources(host, v)
         if "monitoring" in sections:
             groups = task_vars.get("groups", {})
             problems += checks.monitoring(
@@ -473,6 +481,12 @@ class ActionModule(ActionBase):
             )
             problems += found
             new_facts.update(out)
+        if "service" in sections:
+            # The address the load balancers write into this host's server lines, now that the facts it may read
+            # are here.
+            address = self._backend_address(host, merged, templar, task_vars, v)
+            if address:
+                problems += checks.backend_addresses(host, address[0], {host: address[1]})
         if "service" in sections and host_plan:
             loadbalancers = task_vars.get("groups", {}).get(v["vllm_service_loadbalancer_group"], [])
             problems += checks.service(host, v, facts, host_plan, probe["service"], loadbalancers)
@@ -536,6 +550,43 @@ class ActionModule(ActionBase):
             if isinstance(value, str) and value and value not in names:
                 names.append(value)
         return names
+
+    @staticmethod
+    def _backend_address(host, merged, templar, task_vars, v):
+        """(variable, value): this host's address on its load balancers' server lines (the variable
+        loadbalancer_backend_address_var names, else the inventory name), or None where no load balancer balances
+        it or it does not render yet (an address from facts not gathered: the load balancer says it). The variable
+        is the first load balancer's, as vllm_service_listen_address's default reads it."""
+        loadbalancers = task_vars.get("groups", {}).get(v["vllm_service_loadbalancer_group"])
+        if not loadbalancers:
+            return None
+        try:
+            name = task_vars.get("hostvars", {})[loadbalancers[0]].get("loadbalancer_backend_address_var")
+        except (KeyError, AnsibleError):
+            name = None
+        try:
+            name = name or _render(templar, merged, merged.get("loadbalancer_backend_address_var", "ansible_host"))
+            value = _render(templar, merged, merged[name]) if name in merged else host
+        except AnsibleError:
+            return None
+        return (name, _address_text(value)) if _address_text(value) is not None else None
+
+    @staticmethod
+    def _backend_addresses(v, task_vars):
+        """{backend host: its address} as the load balancer's server lines take it (vllm_lb_servers: the value of
+        the variable loadbalancer_backend_address_var names, else the inventory name), for the hosts whose address
+        renders now (one from facts not gathered yet is checked again by the role's preflight, after they are)."""
+        hostvars = task_vars.get("hostvars", {})
+        variable = v.get("loadbalancer_backend_address_var", "ansible_host")
+        found = {}
+        for name in task_vars.get("groups", {}).get(v.get("loadbalancer_backend_group", "vllm_hosts"), []):
+            try:
+                value = hostvars[name].get(variable, name)
+            except (KeyError, AnsibleError):
+                continue
+            if _address_text(value) is not None:
+                found[name] = _address_text(value)
+        return found
 
     @staticmethod
     def _own_digest(sections, v, facts, host_plan, new_facts):

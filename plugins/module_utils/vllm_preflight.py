@@ -81,6 +81,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_load
     HAPROXY_TIME,
     LB_TIMES,
     TLS_VERSIONS,
+    backend_addresses,
     loadbalancer,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_monitoring import (
@@ -105,6 +106,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_serv
     SERVICE_ENV,
     SERVICE_FLAGS,
     service,
+    service_sources,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_toolchain import toolchain
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import parse_serial
@@ -161,6 +163,7 @@ __all__ = [
     "WHEELHOUSE_SLACK_BYTES",
     "WHOLE_NUMBER",
     "account_name",
+    "backend_addresses",
     "bearer_token",
     "bounds",
     "build_class",
@@ -197,6 +200,7 @@ __all__ = [
     "select_wheels",
     "serve_command",
     "service",
+    "service_sources",
     "toolchain",
     "torch_pin",
     "url_path",

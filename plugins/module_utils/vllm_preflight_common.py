@@ -14,6 +14,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
     account_name,
     host_path,
+    network,
     number,
     owned_directory,
     say,
@@ -315,19 +316,20 @@ def converged_record(host, recorded):
     ]
 
 
-def networks(host, name, v):
-    """Each entry of the list option name is an address or a network (HAProxy ACLs and nftables sets take them)."""
-    return [
-        f"{host}: {name}: {entry!r} is no address or network; fix: list addresses or CIDR networks, such as"
-        " 10.0.5.0/24 or 2001:db8::/64."
-        for entry in v.get(name) or []
-        if not _is_network(entry)
-    ]
-
-
-def _is_network(text):
-    try:
-        ipaddress.ip_network(str(text), strict=False)
-    except ValueError:
-        return False
-    return True
+def networks(host, name, v, netmask=False):
+    """Each entry of the list option name is an address or a network, as strict as its destinations read it
+    (vllm_syntax.network: HAProxy ACLs, nftables sets, systemd's IPAddressAllow=; netmask: HAProxy alone reads it):
+    no host bits, /0 only with vllm_fleet_allow_every_source, no keyword or name."""
+    everyone = v.get("vllm_fleet_allow_every_source") is True
+    problems = []
+    for index, entry in enumerate(v.get(name) or []):
+        refusal = network(entry, netmask=netmask, everyone=everyone)
+        if refusal and refusal.problem == "no address or network":
+            # The wording the first check had (tests and runbooks quote it).
+            problems.append(
+                f"{host}: {name}: {entry!r} is no address or network; fix: list addresses or CIDR networks, such as"
+                " 10.0.5.0/24 or 2001:db8::/64."
+            )
+        elif refusal:
+            problems.append(say(host, f"{name}[{index}]", entry, refusal))
+    return problems

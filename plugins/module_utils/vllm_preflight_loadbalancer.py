@@ -9,6 +9,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_comm
     networks,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+    backend_address,
     haproxy_word,
     haproxy_words,
     say,
@@ -34,9 +35,11 @@ CIPHER_LIST = re.compile(r"^[A-Za-z0-9_:+!@=.,-]+\Z")
 TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
 
 
-def loadbalancer(host, v):
+def loadbalancer(host, v, backends=None):
     """The load balancer's words that go into haproxy.cfg as written (one_line() keeps each on its line).
-    `haproxy -c` would refuse most of them too, but only on the host, after the packages changed."""
+    `haproxy -c` would refuse most of them too, but only on the host, after the packages changed. backends: {backend
+    host: its address, the value of the variable loadbalancer_backend_address_var names} where it renders now (the
+    address of each `server` line)."""
     problems = []
     for name in LB_TIMES:
         value = v.get(name)
@@ -82,7 +85,9 @@ def loadbalancer(host, v):
             f"{host}: loadbalancer_bind_address: {bind!r} is no address HAProxy can listen on; fix: * (every"
             " address), one IPv4 or IPv6 address (without brackets) or a host name."
         )
-    problems += networks(host, "loadbalancer_metrics_allow", v)
+    # HAProxy's `acl ... src` also reads a dotted IPv4 mask.
+    problems += networks(host, "loadbalancer_metrics_allow", v, netmask=True)
+    problems += backend_addresses(host, v.get("loadbalancer_backend_address_var", "ansible_host"), backends or {})
     version = v.get("loadbalancer_tls_min_version")
     if isinstance(version, str) and version not in TLS_VERSIONS:
         problems.append(f"{host}: loadbalancer_tls_min_version: is {version!r}; fix: {' or '.join(TLS_VERSIONS)}.")
@@ -92,4 +97,17 @@ def loadbalancer(host, v):
             problems.append(
                 f"{host}: {name}: {value!r} is no OpenSSL cipher list; fix: names joined by colons, without blanks."
             )
+    return problems
+
+
+def backend_addresses(host, variable, addresses):
+    """Each backend host's address (addresses: {backend host: the value of variable}) as its `server` line and the
+    admin socket's `set server ... addr` carry it: one IP address or DNS name (`10.0.0.5:8000 #` would comment out
+    `ssl verify required`, `10.0.0.5 backup` or `weight 0` change what the server is). Said by the load balancer
+    (host) and by the backend host itself."""
+    problems = []
+    for backend, address in addresses.items():
+        refusal = backend_address(address)
+        if refusal:
+            problems.append(say(host, f"{variable} of {backend} (loadbalancer_backend_address_var)", address, refusal))
     return problems

@@ -7,7 +7,7 @@ import re
 from collections import Counter
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides, networks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
     Refusal,
     bearer_token,
@@ -118,6 +118,17 @@ KEY_MIN_BITS = 80
 LOCAL_ONLY = re.compile(r"^(127\.|::1$|localhost$)")
 LOOPBACK = re.compile(r"^(127\.|::1$)")
 CAP_NET_ADMIN = 12
+
+
+# The address lists the instance firewall admits (firewall.nft.j2's sets, the unit's IPAddressAllow=): systemd reads
+# `any` there as every address, nft drops host bits. monitoring_sources is the shared role's, and reaches the firewall
+# even where no monitoring room checks it (a fleet without monitoring hosts).
+SOURCE_LISTS = ("vllm_service_firewall_loadbalancer_sources", "vllm_service_firewall_allow", "monitoring_sources")
+
+
+def service_sources(host, v):
+    """The addresses and networks the instance firewall admits, each as nftables and systemd read it."""
+    return [problem for name in SOURCE_LISTS for problem in networks(host, name, v)]
 
 
 def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.isfile):

@@ -9,6 +9,7 @@ would make of it and what to write instead; ``say`` turns that into preflight's 
 Standard library only: scripts/wheelhouse.py imports vllm_cpu_releases.py (and so this file) by itself.
 """
 
+import ipaddress
 import math
 import re
 from typing import NamedTuple
@@ -101,6 +102,82 @@ def url_path(value, prefix=False):
         return Refusal(
             "a prefix of every route, including vLLM's unauthenticated ones (/invocations, /tokenize, /detokenize)",
             "list only the routes clients need (default: /v1/ and /health)",
+        )
+    return None
+
+
+# A DNS name (RFC 1123): dot-separated labels of letters, digits and inner hyphens, 253 characters at most.
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+DNS_NAME = re.compile(rf"^(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*\Z")
+
+
+def _plain_ip(text):
+    """The IPv4 or IPv6 address text is, written as an address alone (no zone index: `%eth0` is no word of the
+    destinations below), else None."""
+    if not isinstance(text, str) or "%" in text:
+        return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def backend_address(value):
+    """A server's address on its HAProxy `server` line (`server NAME ADDRESS:PORT ssl verify required ...`) and in
+    the admin socket's `set server ... addr`: one IP address or one DNS name, nothing else. Anything after a blank
+    is another server keyword (`backup`, `weight 0`, `disabled`), a `:` a port of its own, a `#` a comment that
+    drops `ssl verify required` (the key crosses in clear)."""
+    # A name's last label is not all digits (RFC 1123 2.1): libc reads 10.0.0.256 or 10.1 as no address or another.
+    if _plain_ip(value) or (isinstance(value, str) and DNS_NAME.match(value) and not value.split(".")[-1].isdigit()):
+        return None
+    return Refusal(
+        "no IP address or DNS name; HAProxy writes it into the server line as written, where a blank starts"
+        " another server keyword (backup, weight 0), a colon a port and a # a comment that drops the server's"
+        " ssl verify required",
+        "set it to the host's IPv4 or IPv6 address (without brackets or port) or its DNS name",
+    )
+
+
+_PREFIX = re.compile(r"^(0|[1-9][0-9]{0,2})\Z")
+
+
+def network(value, netmask=False, everyone=False):
+    """An address or a CIDR network of a source list (nftables set elements, systemd's IPAddressAllow=, an HAProxy
+    `acl ... src`), read as written and meaning what it says: no host bits (nft and HAProxy drop them silently, so
+    10.9.9.9/0 admits every address), /0 only when everyone says it is meant, no keyword (systemd reads `any` as
+    every address). netmask: the destination also reads a dotted IPv4 mask (HAProxy: 10.0.0.0/255.0.0.0)."""
+    text = value if isinstance(value, str) else None
+    address, slash, prefix = (text or "").partition("/")
+    ip = _plain_ip(address)
+    mask_ok = bool(slash) and (
+        bool(_PREFIX.match(prefix)) or (netmask and ip is not None and ip.version == 4 and _plain_ip(prefix))
+    )
+    if ip is None or (slash and not mask_ok):
+        return Refusal(
+            "no address or network",
+            "list addresses or CIDR networks, such as 10.0.5.0/24 or 2001:db8::/64",
+        )
+    try:
+        meant = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return Refusal(
+            f"a prefix or mask no IPv{ip.version} network has ({ip.max_prefixlen} bits at most, a mask's ones first)",
+            f"write a prefix length from 1 to {ip.max_prefixlen}",
+        )
+    if slash and not _PREFIX.match(prefix) and meant.netmask != _plain_ip(prefix):
+        # ipaddress reads 0.0.0.255 as a host mask (/24); HAProxy reads it as the mask it is.
+        return Refusal("a host mask, not a network mask", f"write {meant} (a prefix length)")
+    if slash and meant.network_address != ip:
+        return Refusal(
+            f"a network with host bits set, which nftables and HAProxy drop without a word: it admits {meant}",
+            f"write {meant} if that network is meant"
+            + (" (and set vllm_fleet_allow_every_source: true)" if meant.prefixlen == 0 and not everyone else "")
+            + f", or {ip} for the one address",
+        )
+    if slash and meant.prefixlen == 0 and not everyone:
+        return Refusal(
+            "every address (a /0 network)",
+            "list the networks meant, or set vllm_fleet_allow_every_source: true to admit everyone on purpose",
         )
     return None
 
