@@ -37,7 +37,9 @@ git ls-files -co --exclude-standard -z | tar -c --null -T - -f - | tar -x -C "$u
 (cd "$units/ansible_collections/vllm/cpu_fleet" \
   && ANSIBLE_TEST_CONTENT_ROOT="$PWD" ansible-test units --local --python 3.11 --color no)
 step "pytest (integration)"
-pytest -q tests/integration
+# One worker per CPU, each test file on one worker (its module fixtures run once): 11 min serial, 7 min 40 s
+# on 2 cores (2026-12-02).
+pytest -q -n auto --dist loadfile tests/integration
 for scenario in ${MOLECULE_SCENARIOS:-toolchain build_standin loadbalancer serve}; do
   step "molecule test -s $scenario"
   molecule test -s "$scenario"

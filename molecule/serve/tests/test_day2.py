@@ -1,4 +1,4 @@
-"""After the day-2 steps (side_effect.yml): both hosts serve the reinstall with the rotated key
+"""After the day-2 steps (side_effect.yml): both hosts serve the last step's install with the rotated key
 only, closed to everything but the load balancer, and no step lost a request. Serving, the
 plan, the firewall and the hardening of each host are test_serve.py's."""
 
@@ -19,15 +19,14 @@ LB_URL = "https://10.88.250.50:8080"
 CA_FILE = Path(__file__).resolve().parents[3] / ".cache/tls/ca.crt"
 # Step 2 moved the instances from 8000 to 8100.
 PORT = 8100
+# Steps 5a-6b (the rollout's mechanics) run with SERVE_MECHANICS=1 only (side_effect.yml).
+MECHANICS = os.environ.get("SERVE_MECHANICS", "0").lower() in {"1", "true", "yes", "on"}
 EXPECTED_STEPS = [
     "1-key-rotation",
     "2-rotation-end-and-knobs",
     "3-drain-fails",
     "4-gate-fails",
-    "5a-reinstall-host-lost",
-    "5b-recovery",
-    "6a-noop",
-    "6b-drift",
+    *(["5a-reinstall-host-lost", "5b-recovery", "6a-noop", "6b-drift"] if MECHANICS else []),
 ]
 
 
@@ -83,9 +82,11 @@ def test_only_the_rotated_key_works_through_the_load_balancer():
     assert lb_status("/v1/completions", OLD_API_KEY, body) == 401
 
 
-def test_every_host_serves_the_reinstall_and_keeps_no_snapshot(host):
+def test_every_host_serves_what_the_last_step_installed_and_keeps_no_snapshot(host):
     active = host.file("/opt/vllm/current").linked_to
-    assert active.startswith("/opt/vllm/0.32.0-") and "-r" in Path(active).name, active
+    assert active.startswith("/opt/vllm/0.32.0-"), active
+    # Step 5's reinstall (a changed install record) names its directory with a -r<digest> suffix.
+    assert ("-r" in Path(active).name) == MECHANICS, active
     assert host.service("vllm@vllm-0").is_running
     assert not host.file("/etc/vllm/api-keys.yaml").exists
     assert host.run("find /var/lib/vllm-rollout -type f").stdout.strip() == ""
