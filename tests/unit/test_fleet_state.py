@@ -31,15 +31,51 @@ def test_the_running_venv_is_read_from_the_process_memory_maps(tmp_path, monkeyp
     assert state._venv_in_maps(7) is None
 
 
-def test_the_version_comes_from_the_install_record(tmp_path):
+def test_the_version_is_the_release_of_the_install_record_and_the_build_apart(tmp_path):
     venv = tmp_path / "0.32.0-x86_64"
     venv.mkdir()
+    # What a source build's wheel reports (issue 42: the demo's hosts paged VllmVersionMismatch at their target).
+    record = {"wanted": {"version": "0.32.0"}, "imported_version": "0.32.0+cpu.p31b7be9f"}
+    (venv / "vllm-install.json").write_text(json.dumps(record))
+    assert state.venv_versions(str(venv)) == ("0.32.0", "cpu.p31b7be9f")
     record = {"wanted": {"version": "0.32.0"}, "imported_version": "0.32.0+cpu"}
     (venv / "vllm-install.json").write_text(json.dumps(record))
-    assert state.venv_version(str(venv)) == "0.32.0+cpu"
+    assert state.venv_versions(str(venv)) == ("0.32.0", "cpu")
     (venv / "vllm-install.json").write_text(json.dumps({"wanted": {"version": "0.32.0"}}))
-    assert state.venv_version(str(venv)) == "0.32.0"
-    assert state.venv_version(str(tmp_path / "missing")) is None
+    assert state.venv_versions(str(venv)) == ("0.32.0", "")
+    assert state.venv_versions(str(tmp_path / "missing")) == (None, "")
+
+
+def test_a_source_built_instance_at_its_target_exports_the_targets_version(tmp_path, monkeypatch):
+    """The rule VllmVersionMismatch compares the version label with fleet_target_version (the release): a built
+    wheel's local part goes to its own label, the versions installed beside it too."""
+    venv = tmp_path / "0.32.0-x86_64"
+    venv.mkdir()
+    (venv / "vllm-install.json").write_text(
+        json.dumps({"wanted": {"version": "0.32.0"}, "imported_version": "0.32.0+cpu.p31b7be9f"})
+    )
+    os.symlink(venv, tmp_path / "current")
+    active = {"MainPID": "7", "ActiveState": "active"}
+    monkeypatch.setattr(state, "units_state", lambda units: {unit: active for unit in units})
+    monkeypatch.setattr(state, "process_venv", lambda pid: str(venv))
+    config = tmp_path / "etc-vllm"
+    config.mkdir()
+    (config / "plan.json").write_text(json.dumps({"instances": [{"name": "vllm-0"}]}))
+    (instance,) = state.instances(str(config))
+    assert (instance["version"], instance["build"]) == ("0.32.0", "cpu.p31b7be9f")
+    assert [(i["version"], i["build"]) for i in state.installed(str(tmp_path), str(tmp_path / "current"))] == [
+        ("0.32.0", "cpu.p31b7be9f")
+    ]
+    found = {
+        "time": 1,
+        "instances": [instance],
+        "firewall": {"expected": False, "present": False},
+        "converged": {"present": False, "inputs_digest": None, "time": None},
+        "cpu_nodes": {},
+    }
+    text = state.exposition(found)
+    labels = f'vllm_instance="vllm-0",version="0.32.0",build="cpu.p31b7be9f",venv="{venv}"'
+    assert f"vllm_fleet_instance_info{{{labels}}} 1" in text
 
 
 def test_installed_versions_leave_the_active_link_out_and_mark_its_target(tmp_path):
@@ -71,7 +107,8 @@ def test_the_exposition_escapes_labels_and_leaves_out_empty_families():
         "cpu_nodes": {"10": "1", "2": "0"},
     }
     text = state.exposition(found)
-    assert 'vllm_fleet_instance_info{vllm_instance="vllm-\\"0\\"",version="0.32.0",venv="/opt/v\\\\x"} 1' in text
+    labels = 'vllm_instance="vllm-\\"0\\"",version="0.32.0",build="",venv="/opt/v\\\\x"'
+    assert f"vllm_fleet_instance_info{{{labels}}} 1" in text
     assert 'vllm_fleet_instance_active{vllm_instance="vllm-1"} 0' in text
     assert 'vllm_fleet_instance_restarts_total{vllm_instance="vllm-1"} 7' in text
     assert "vllm_fleet_firewall_table_present" not in text  # not expected on this host

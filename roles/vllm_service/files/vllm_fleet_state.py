@@ -43,10 +43,21 @@ def read_json(path):
         return None
 
 
-def venv_version(venv):
+def split_version(text):
+    """("0.32.0", "cpu.p31b7be9f") for "0.32.0+cpu.p31b7be9f": the release, which is what a fleet's target names,
+    and the build's PEP 440 local part apart ("" when there is none). A source build's wheel carries one, the
+    index's wheel may (``+cpu``): a host runs the release either way."""
+    if not text:
+        return None, ""
+    release, _, build = str(text).strip().partition("+")
+    return release or None, build
+
+
+def venv_versions(venv):
+    """The install record's (release, build): what Python imported there, else what the role asked for."""
     record = read_json(os.path.join(venv, "vllm-install.json")) or {}
     wanted = record.get("wanted") if isinstance(record.get("wanted"), dict) else {}
-    return record.get("imported_version") or wanted.get("version")
+    return split_version(record.get("imported_version") or wanted.get("version"))
 
 
 def _venv_in_maps(pid):
@@ -119,6 +130,7 @@ def instances(config_dir):
         pid = _int(state.get("MainPID"))
         venv = process_venv(pid) if pid else None
         since = (state.get("ActiveEnterTimestamp") or "").lstrip("@")
+        release, build = venv_versions(venv) if venv else (None, "")
         found.append(
             {
                 "name": name,
@@ -128,7 +140,8 @@ def instances(config_dir):
                 "main_pid": pid or None,
                 "restarts": _int(state.get("NRestarts")),
                 "active_since": _int(since, None) if since else None,
-                "version": venv_version(venv) if venv else None,
+                "version": release,
+                "build": build,
                 "venv": venv,
             }
         )
@@ -142,7 +155,8 @@ def installed(install_root, active_link):
         venv = os.path.dirname(record)
         if os.path.islink(venv):
             continue  # the active link itself
-        found.append({"version": venv_version(venv), "venv": venv, "active": os.path.realpath(venv) == target})
+        release, build = venv_versions(venv)
+        found.append({"version": release, "build": build, "venv": venv, "active": os.path.realpath(venv) == target})
     return found
 
 
@@ -215,8 +229,11 @@ def exposition(found):
     metric(
         "vllm_fleet_instance_info",
         "gauge",
-        "The vLLM version each running instance loaded.",
-        [({"vllm_instance": i["name"], "version": i["version"], "venv": i["venv"]}, 1) for i in running],
+        "The vLLM release each running instance loaded (version), its build's local part apart (build).",
+        [
+            ({"vllm_instance": i["name"], "version": i["version"], "build": i.get("build") or "", "venv": i["venv"]}, 1)
+            for i in running
+        ],
     )
     metric(
         "vllm_fleet_instance_active",
