@@ -5,6 +5,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import (
     BackendError,
     backend_servers,
+    capacity_problems,
     endpoint_changes,
     held_servers,
     host_servers,
@@ -74,6 +75,19 @@ def vllm_lb_host_servers(names, host):
     return host_servers(names, host)
 
 
+def vllm_lb_capacity(views, leaving, minimum):
+    """The load balancers that would keep fewer than `minimum` servers UP and ready while `leaving` drain."""
+    fix = "fix: write a whole number of 0 or more, such as 1"
+    try:
+        number = int(str(minimum).strip()) if not isinstance(minimum, bool) else None
+    except ValueError:
+        number = None
+    if number is None or number < 0:
+        raise AnsibleFilterError(f"rollout_min_available: {minimum!r} is not a whole number of 0 or more; {fix}")
+    minimum = number
+    return capacity_problems(views or {}, leaving or [], minimum)
+
+
 def vllm_lb_retired_servers(names, host, planned):
     """The server names of `names` that are `host`'s but not among `planned`."""
     return retired_servers(names, host, planned)
@@ -95,5 +109,6 @@ class FilterModule:
             "vllm_lb_held_servers": vllm_lb_held_servers,
             "vllm_lb_host_servers": vllm_lb_host_servers,
             "vllm_lb_retired_servers": vllm_lb_retired_servers,
+            "vllm_lb_capacity": vllm_lb_capacity,
             "vllm_lb_endpoint_changes": vllm_lb_endpoint_changes,
         }

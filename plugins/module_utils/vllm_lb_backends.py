@@ -109,6 +109,32 @@ def host_servers(names, host):
     return [name for name in names if server_owner(name, [host]) == host]
 
 
+def capacity_problems(views, leaving, minimum):
+    """The load balancers on which fewer than `minimum` servers would stay UP and ready while the hosts in
+    `leaving` (this batch's hosts whose change drains them) are drained: one problem per such load balancer,
+    [] when each keeps enough. `views` is {load balancer: {server: {'admin', 'up'}}} (server_states()). A server
+    counts when HAProxy sees it UP and its administrative state is ready (not drain, not maint) and it is not one
+    of a leaving host's; servers already DOWN or drained elsewhere count for nothing, as in a disruption budget."""
+    leaving = sorted(set(leaving))
+    problems = []
+    for lb in sorted(views):
+        states = views[lb] or {}
+        going = set()
+        for host in leaving:
+            going.update(host_servers(states, host))
+        serving = {name for name, s in states.items() if s.get("up") and s.get("admin") == "ready"}
+        stay = sorted(serving - going)
+        if len(stay) >= minimum:
+            continue
+        down = sorted(set(states) - serving - going)
+        problems.append(
+            f"{lb}: {len(stay)} of {len(states)} servers would stay UP and ready while {', '.join(leaving)} drain"
+            f" ({len(going)} of theirs); rollout_min_available is {minimum}"
+            + (f"; not UP and ready already: {', '.join(down)}" if down else "")
+        )
+    return problems
+
+
 def retired_servers(names, host, planned):
     """The servers of `names` (configured or live on a load balancer) that are `host`'s but not in `planned` (the
     names of its planned servers): the rollout drains them with the host and removes them after its gate."""

@@ -68,6 +68,7 @@ BOUNDS = {
     "vllm_build_min_available_gib_per_job": (0, None),
     "vllm_build_timeout": (1, None),
     "vllm_fleet_run_lock_lease": (1, None),
+    "rollout_min_available": (0, None),
     "vllm_build_poll_interval": (1, None),
     "vllm_install_keep_versions": (1, None),
     "vllm_install_min_free_gib": (0, None),

@@ -87,3 +87,50 @@ def test_a_first_configuration_has_nothing_to_remove():
 def test_a_bad_percentage_names_the_variable_and_the_fix(bad):
     with pytest.raises(BackendError, match=r"loadbalancer_max_removed_servers_percent: .*; fix: give a whole number"):
         removal_limit(bad, 4)
+
+
+# ---- the rollout's capacity floor (issue 41, item 4) ----
+
+
+def _views(**lbs):
+    return {
+        lb: {name: {"admin": admin, "up": up} for name, (admin, up) in servers.items()} for lb, servers in lbs.items()
+    }
+
+
+def test_capacity_counts_up_and_ready_servers_less_the_leaving_hosts():
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import capacity_problems
+
+    views = _views(
+        lb1={"a-vllm-0": ("ready", True), "a-vllm-1": ("ready", True), "b-vllm-0": ("ready", True),
+             "web-2-vllm-0": ("ready", True)},
+        lb2={"a-vllm-0": ("ready", True), "b-vllm-0": ("drain", True), "web-2-vllm-0": ("ready", False),
+             "web-vllm-0": ("maint", True)},
+    )  # fmt: skip
+    assert capacity_problems(views, [], 1) == []
+    # a's two servers leave; on lb2 nothing else is UP and ready (b drained, web-2 DOWN, web in maintenance).
+    (problem,) = capacity_problems(views, ["a"], 1)
+    assert problem == (
+        "lb2: 0 of 4 servers would stay UP and ready while a drain (1 of theirs); rollout_min_available is 1;"
+        " not UP and ready already: b-vllm-0, web-2-vllm-0, web-vllm-0"
+    )
+    # A host named like another's prefix ("web" vs "web-2") takes only its own servers.
+    assert capacity_problems(views, ["web"], 2) == [
+        "lb2: 1 of 4 servers would stay UP and ready while web drain (1 of theirs); rollout_min_available is 2;"
+        " not UP and ready already: b-vllm-0, web-2-vllm-0"
+    ]
+    assert capacity_problems(views, ["a", "b", "web-2"], 0) == []
+    assert [p.split(":")[0] for p in capacity_problems(views, ["a", "b", "web-2"], 1)] == ["lb1", "lb2"]
+    assert capacity_problems({}, ["a"], 5) == []  # no load balancer: nothing to keep
+
+
+def test_the_filter_refuses_a_floor_that_is_not_a_whole_number_of_zero_or_more():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.vllm.cpu_fleet.plugins.filter.vllm_loadbalancer import vllm_lb_capacity
+
+    views = _views(lb={"a-vllm-0": ("ready", True)})
+    assert vllm_lb_capacity(views, ["a"], "0") == []
+    assert vllm_lb_capacity(views, [], " 1 ") == []
+    for bad in ("-1", "one", "1.5", True, None, -2):
+        with pytest.raises(AnsibleFilterError, match="rollout_min_available"):
+            vllm_lb_capacity(views, ["a"], bad)
