@@ -238,7 +238,7 @@ def test_a_container_host_gets_the_service_rooms_refusals_of_the_extra_environme
     problems = run_service(
         vllm_service_mode="container", vllm_service_extra_env=hostile, vllm_service_extra_args=["--config", "x.yaml"]
     )
-    assert [problem.split(";")[0] for problem in problems] == [
+    assert [problem.split(";", maxsplit=1)[0] for problem in problems] == [
         "h: vllm_service_extra_args: has --config, a vLLM configuration file, whose keys are flags preflight cannot"
         " see (the port, the host, the key, the certificate)",
         "h: vllm_service_extra_env: sets LD_AUDIT",

@@ -273,7 +273,7 @@ def test_overrides_are_validated_and_merged_once_per_distinct_value(monkeypatch)
 
     monkeypatch.setattr(releases, "validate_row", counted)
     overrides = {"0.34.0": _row(torch_version="2.15.0")}
-    for _ in range(5):
+    for _round in range(5):
         assert release_info("0.34.0", overrides=overrides)["torch_version"] == "2.15.0"
         assert build_class("0.34.0", {"arch": "x86_64", "isa_class": "x86_64-amx", "isa": SPR_ISA}, overrides)
     assert calls == ["0.34.0"]
@@ -286,7 +286,7 @@ def test_overrides_are_validated_and_merged_once_per_distinct_value(monkeypatch)
     assert calls == ["0.34.0", "0.34.0"]
     # A bad row is refused every time it is asked for, never remembered as merged.
     bad = {"0.34.0": _row(torch_version=None)}
-    for _ in range(2):
+    for _round in range(2):
         with pytest.raises(InvalidReleaseRowError):
             release_info("0.34.0", overrides=bad)
     assert calls == ["0.34.0"] * 4

@@ -49,7 +49,7 @@ def split_version(text):
     index's wheel may (``+cpu``): a host runs the release either way."""
     if not text:
         return None, ""
-    release, _, build = str(text).strip().partition("+")
+    release, _plus, build = str(text).strip().partition("+")
     return release or None, build
 
 
