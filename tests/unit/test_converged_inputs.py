@@ -43,6 +43,7 @@ COVERED = {
     "vllm_service_retired": "set by the service role in the same run (configured instances the plan lacks)",
     "loadbalancer_backend_views": "read from the load balancers in the same run",
     "loadbalancer_endpoint_moves": "read from the load balancers in the same run",
+    "loadbalancer_capacity_views": "read from the load balancers in the same run (the capacity floor)",
     # Ansible's own.
     **dict.fromkeys(
         [
