@@ -26,7 +26,7 @@ EXPECTED_STEPS = [
     "2-rotation-end-and-knobs",
     "3-drain-fails",
     "4-gate-fails",
-    *(["5a-reinstall-host-lost", "5b-recovery", "6a-noop", "6b-drift"] if MECHANICS else []),
+    *(["5a-reinstall-host-lost", "5b-recovery", "6a-noop", "6b-drift"] if MECHANICS else ["5-converge-again"]),
 ]
 
 
