@@ -1,7 +1,10 @@
 """The rollout's batch sizes: what rollout_serial may be, and the batches Ansible makes of it.
 
-Plain Python (no Ansible import), used by the filters the rollout play's ``serial``,
-preflight and the rollout role's batch check call.
+Also the rollout play's order: one canary host of each build class and service mode first
+(a wheel or an image is per class and mode), then the rest (``canary_order``).
+
+Plain Python (no Ansible import), used by the filters the rollout play's ``hosts`` and
+``serial``, preflight and the rollout role's batch check call.
 """
 
 import re
@@ -64,3 +67,72 @@ def batch_sizes(serial, total):
         left -= size
         index += 1
     return sizes
+
+
+def _hashable(key):
+    """A host's key (a list such as [build class, service mode] from Jinja) as a set member."""
+    if isinstance(key, dict):
+        return tuple(sorted((str(name), _hashable(value)) for name, value in key.items()))
+    if isinstance(key, (list, tuple)):
+        return tuple(_hashable(item) for item in key)
+    return key
+
+
+def canary_order(hosts, keys):
+    """The rollout play's hosts, canaries first, and the canary batches: ``(order, canary_batches)``.
+
+    ``hosts`` are the play's hosts in inventory order; ``keys`` maps each host the batches change to
+    what its wheel or image depends on (its build class and service mode). A host with no key, or
+    None, is never a canary (the first play served it, or it left the run). The canary of a key is
+    its first host in inventory order, and the canaries go in the order their keys first appear.
+
+    The first batch holds the canaries, but never more than half the hosts (at least one), so a
+    small fleet of one host per class is not drained all at once: the canaries that do not fit get
+    one batch each, right after it. Then the other hosts, in inventory order. With a single key (or
+    none) nothing moves: the order is the inventory's and the one canary batch is its first host,
+    as before canaries per class.
+    """
+    hosts = list(dict.fromkeys(hosts))
+    canaries, seen = [], set()
+    for host in hosts:
+        key = keys.get(host)
+        if key is None:
+            continue
+        key = _hashable(key)
+        if key not in seen:
+            seen.add(key)
+            canaries.append(host)
+    if len(canaries) < 2:
+        return hosts, [hosts[:1]] if hosts else []
+    room = max(1, len(hosts) // 2)
+    batches = [canaries[:room]] + [[host] for host in canaries[room:]]
+    chosen = set(canaries)
+    return canaries + [host for host in hosts if host not in chosen], batches
+
+
+def canary_sizes(canaries):
+    """The sizes of the canary batches, given as the batches (lists of hosts) or their sizes."""
+    sizes = []
+    for batch in canaries or ():
+        size = batch if isinstance(batch, int) and not isinstance(batch, bool) else len(batch)
+        if size < 1:
+            raise SerialError(
+                f"canaries: {canaries!r} holds an empty batch; fix: give the canary batches of vllm_rollout_order"
+            )
+        sizes.append(size)
+    return sizes
+
+
+def play_serial(value, canaries=None, variable="rollout_serial"):
+    """The rollout play's serial: ``rollout_serial`` as given, or, unset (None), the canary batches then 10%.
+
+    An operator's value is the play's serial exactly as Ansible reads it (``parse_serial``); the play's
+    hosts are still in canary-first order, so its first batches start with the canaries. Unset, the
+    serial is one entry per canary batch (``canary_order``), then DEFAULT_SERIAL's 10%: ``[3, "10%"]``
+    for three classes, and DEFAULT_SERIAL itself for one class or without canaries.
+    """
+    serial = parse_serial(value, variable)
+    sizes = canary_sizes(canaries)
+    if value is not None or not sizes:
+        return serial
+    return sizes + list(DEFAULT_SERIAL[1:])
