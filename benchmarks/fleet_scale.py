@@ -22,6 +22,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -82,7 +83,11 @@ def inventory(n, work):
     classes = {}
     for index, name in enumerate(MACHINES):
         root = expand.expand(name, work / "machines" / name)
-        hosts = {f"h{i:04d}": None for i in range(index, n, len(MACHINES))}
+        # Every fake host is this machine: each takes its own run lock, not the one file of the default path.
+        hosts = {
+            f"h{i:04d}": {"vllm_fleet_run_lock": str(work / "locks" / f"h{i:04d}.lock")}
+            for i in range(index, n, len(MACHINES))
+        }
         classes[name.replace("-", "_")] = {"hosts": hosts, "vars": {"vllm_plan_facts_root": str(root)}}
     return {"all": {"vars": common, "children": {"vllm_hosts": {"children": classes}}}}
 
@@ -180,6 +185,28 @@ def run(playbook, inventory_path, forks, work, log, cache=None):
     return {"rc": rc, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024}
 
 
+def failures(text):
+    """Each failed host's message in an ansible-playbook log (the default callback, YAML results): "host: msg"."""
+    said, lines = [], text.splitlines()
+    for index, line in enumerate(lines):
+        match = re.match(r"(?:fatal|failed): \[([^\]]+)\]", line)
+        if not match:
+            continue
+        block = []
+        for following in lines[index + 1 :]:
+            if following and not following[0].isspace():
+                break
+            block.append(following)
+        try:
+            body = yaml.safe_load("\n".join(block)) or {}
+        except yaml.YAMLError:
+            body = {}
+        message = body.get("msg") if isinstance(body, dict) else None
+        message = " ".join(str(message or line).split())
+        said.append(message if message.startswith(f"{match[1]}: ") else f"{match[1]}: {message}")
+    return said
+
+
 def measure(sizes, forks, keep, fact_cache=True):
     rows = []
     for n in sizes:
@@ -193,7 +220,8 @@ def measure(sizes, forks, keep, fact_cache=True):
                 log = work / f"{index}-{Path(playbook).stem}.log"
                 result = run(playbook, inventory_path, forks, work, log, cache)
                 if result["rc"]:
-                    sys.exit(f"{what} at {n} hosts failed (rc {result['rc']}):\n{log.read_text()[-4000:]}")
+                    said = "\n".join(failures(log.read_text())) or log.read_text()[-4000:]
+                    sys.exit(f"{what} at {n} hosts failed (rc {result['rc']}), log {log}:\n{said}")
                 if not reported:
                     continue
                 rows.append(dict(result, n=n, what=what))

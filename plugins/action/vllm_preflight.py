@@ -265,6 +265,8 @@ class ActionModule(ActionBase):
             "default": [],
         },
         "converged": {"type": "bool", "default": False},
+        "fleet": {"type": "dict"},
+        "fleet_only": {"type": "bool", "default": False},
     }
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
@@ -329,7 +331,8 @@ class ActionModule(ActionBase):
             host in builders or not builders
         ):
             sections.append("build_host")
-        serving, building = ActionModule._container_roles(host, task_vars, merged, templar)
+        fleet = getattr(self, "_fleet_values", None)
+        serving, building = ActionModule._container_roles(host, task_vars, merged, templar, fleet)
         if is_vllm_host:
             # A container host installs no venv: the image is its install (the container room).
             sections += ["service", "rollout"] if serving else ["install", "service", "rollout"]
@@ -338,10 +341,28 @@ class ActionModule(ActionBase):
         return sections
 
     @staticmethod
-    def _container_roles(host, task_vars, merged, templar):
+    def _fleet(task_vars):
+        """What the checks read of the fleet's other hosts, the same for every host of a run: whether any vLLM host
+        of the inventory serves from a container (its inventory value: the default is venv; a value that does not
+        render counts for none). Each hostvars[host] builds that host's whole variable set (its facts copied and
+        cleaned): read for every host by every host, the run's cost grew with the square of the fleet, so the
+        preflight play reads it once (fleet_only, run_once) and passes it to every host (fleet)."""
+        hostvars = task_vars.get("hostvars", {})
+        containers = False
+        for name in task_vars.get("groups", {}).get("vllm_hosts", []):
+            try:
+                containers = str(hostvars[name].get("vllm_service_mode", "venv")) == "container"
+            except (KeyError, AnsibleError):
+                continue
+            if containers:
+                break
+        return {"containers": containers}
+
+    @staticmethod
+    def _container_roles(host, task_vars, merged, templar, fleet=None):
         """(serving, building): whether this host serves from a container (vllm_service_mode), and whether it may
         build the fleet's image (a host of the image builders' group, or a vLLM host where there is none) while any
-        vLLM host of the inventory serves from one (its inventory value: the default is venv)."""
+        vLLM host of the inventory serves from one (_fleet)."""
         groups = task_vars.get("groups", {})
         vllm_hosts = groups.get("vllm_hosts", [])
         serving = (
@@ -350,25 +371,23 @@ class ActionModule(ActionBase):
         builders = groups.get(_render(templar, merged, merged.get("vllm_image_builders_group", "builders")), [])
         if not (host in builders or (not builders and host in vllm_hosts)):
             return serving, False
-        hostvars = task_vars.get("hostvars", {})
-        containers = serving
-        for name in vllm_hosts:
-            if containers:
-                break
-            try:
-                containers = str(hostvars[name].get("vllm_service_mode", "venv")) == "container"
-            except (KeyError, AnsibleError):
-                continue
-        return serving, containers
+        if serving:
+            return serving, True
+        return serving, bool((ActionModule._fleet(task_vars) if fleet is None else fleet).get("containers"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", "host")
+        _unused, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
+        if args["fleet_only"]:
+            result.update(changed=False, fleet=self._fleet(task_vars))
+            return result
         roles = [SECTION_ROLES[name] for name in SECTIONS]
         merged = self._variables(task_vars, roles)
         templar = self._templar.copy_with_new_env(available_variables=merged)
-        _unused, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
+        # The fleet's values read once for the run (the preflight play), else by this host when it needs them.
+        self._fleet_values = args["fleet"]
         sections = args["sections"] or self._sections(host, task_vars, merged, templar)
 
         problems, warnings, v = [], [], {}
@@ -495,7 +514,7 @@ class ActionModule(ActionBase):
         if "service" in sections:
             problems += checks.mode_knobs(host, v["vllm_service_mode"], self._set_knobs(task_vars))
         if "container" in sections:
-            serving, building = self._container_roles(host, task_vars, merged, templar)
+            serving, building = self._container_roles(host, task_vars, merged, templar, self._fleet_values)
             found, out = checks.container(
                 host,
                 v,

@@ -55,6 +55,19 @@ options:
         the record - for the preflight play's decision (filter C(vllm.cpu_fleet.vllm_converged_decide)).
     type: bool
     default: false
+  fleet:
+    description:
+      - What the checks read of the fleet's other hosts, as a run with O(fleet_only) returned it (C(fleet)). The
+        preflight play reads it once for the run and passes it to every host; unset, a host that needs it reads it
+        from C(hostvars) itself (each lookup builds that host's variables; read by every host, that costs the
+        square of the fleet).
+    type: dict
+  fleet_only:
+    description:
+      - Only read what the checks read of the fleet's other hosts (whether any vLLM host serves from a container)
+        and return it as C(fleet), for O(fleet); no check runs. Meant for a C(run_once) task.
+    type: bool
+    default: false
 author:
   - vllm-cpu-fleet maintainers (!UNKNOWN)
 """
@@ -77,6 +90,14 @@ ansible_facts:
     with O(converged), C(vllm_fleet_converged_inputs).
   returned: success
   type: dict
+fleet:
+  description: With O(fleet_only), what the checks read of the fleet's other hosts, for O(fleet).
+  returned: success
+  type: dict
+  contains:
+    containers:
+      description: Whether any host of C(vllm_hosts) serves from a container (C(vllm_service_mode)).
+      type: bool
 problems:
   description: Every problem found, one line each (also joined in C(msg)).
   returned: failure
