@@ -85,3 +85,32 @@ def test_the_preflight_play_reads_the_fleet_once_and_passes_it_to_every_host():
     assert once["vllm.cpu_fleet.vllm_preflight"] == {"fleet_only": True}
     assert once["run_once"] is True
     assert each["vllm.cpu_fleet.vllm_preflight"]["fleet"] == "{{ " + once["register"] + ".fleet }}"
+
+
+def _tasks(tasks):
+    for task in tasks:
+        yield task
+        for part in ("block", "rescue", "always"):
+            yield from _tasks(task.get(part, []))
+
+
+def test_the_run_lock_play_templates_each_fleet_wide_value_once_before_any_host_task_reads_it():
+    """run_lock.yml's play vars read every host of the play (hostvars): pinned by a run_once set_fact, no task of
+    every host templates them again."""
+    play = yaml.safe_load((REPO / "playbooks" / "run_lock.yml").read_text())[0]
+    fleet_wide = {name for name, value in play["vars"].items() if "hostvars" in str(value)}
+    # The values that read other values which read hostvars.
+    fleet_wide |= {"run_lock_stop", "run_lock_lb_held"}
+    pinned = set()
+    for task in _tasks(play["tasks"]):
+        if task.get("run_once") and "ansible.builtin.set_fact" in task:
+            facts = task["ansible.builtin.set_fact"]
+            assert all(value == "{{ " + name + " }}" for name, value in facts.items())
+            pinned |= set(facts)
+            continue
+        if task.get("run_once") or "block" in task:
+            continue
+        text = yaml.safe_dump({k: v for k, v in task.items() if k != "name"})
+        read = {name for name in fleet_wide if name in text}
+        assert read <= pinned, f"{task['name']}: reads {sorted(read - pinned)} before a run_once task pins it"
+    assert {"run_lock_delegated", "run_lock_runner", "run_lock_stop", "run_lock_lb_held"} <= pinned
