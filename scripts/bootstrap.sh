@@ -78,6 +78,15 @@ if [ ! -x "$tools/bin/promtool" ]; then
   rm -f "$tools"/prometheus_*.deb
   ln -sf ../prometheus/usr/bin/promtool "$tools/bin/promtool"
 fi
+# amtool (Alertmanager's configuration check) the same way.
+if [ ! -x "$tools/bin/amtool" ]; then
+  echo "bootstrap: unpacking amtool into $tools/bin"
+  rm -rf "$tools/alertmanager" && mkdir -p "$tools/alertmanager" "$tools/bin"
+  (cd "$tools" && { apt-get download -qq prometheus-alertmanager >/dev/null 2>&1 || { apt-get update -qq && apt-get download -qq prometheus-alertmanager; }; })
+  dpkg-deb -x "$tools"/prometheus-alertmanager_*.deb "$tools/alertmanager"
+  rm -f "$tools"/prometheus-alertmanager_*.deb
+  ln -sf ../alertmanager/usr/bin/amtool "$tools/bin/amtool"
+fi
 if ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q 'install ok installed'; then
   echo "bootstrap: installing chromium"
   apt-get update -qq

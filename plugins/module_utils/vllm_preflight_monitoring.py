@@ -53,6 +53,7 @@ MONITORING_THRESHOLDS = {
     "monitoring_drained_alert_minutes": "a whole number of minutes above 0, such as 30",
     "monitoring_ttft_p95_seconds": "a number of seconds above 0, such as 5",
     "monitoring_restarts_alert_count": "a whole number above 0, such as 3",
+    "monitoring_rollout_turn_minutes": "a whole number of minutes above 0, such as 90",
 }
 
 

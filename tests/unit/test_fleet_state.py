@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import digest
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_run_lock import new_holder
 
 SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "vllm_service" / "files" / "vllm_fleet_state.py"
 spec = importlib.util.spec_from_file_location("vllm_fleet_state", SCRIPT)
@@ -139,8 +140,74 @@ def test_the_script_runs_with_no_plan_and_writes_its_file_atomically(tmp_path):
             str(tmp_path / "c.json"),
             "--firewall-unit",
             str(tmp_path / "none.service"),
+            "--run-lock",
+            str(tmp_path / "run.lock"),
+            "--rollout-record",
+            str(tmp_path / "state.json"),
         ],
         check=True,
     )
     assert "vllm_fleet_state_timestamp_seconds" in out.read_text()
     assert not (tmp_path / "vllm_fleet.prom.tmp").exists()
+
+
+def _holder(started, lease_seconds):
+    identity = {"machine_id": "m", "boot_id": "b", "pid_ns": "p"}
+    return new_holder("run-1", "op@ctl", "ctl", identity, 42, "99", "site.yml", started, started, lease_seconds)
+
+
+def test_the_run_lock_quiets_only_while_its_holders_lease_runs(tmp_path):
+    """The lock as module_utils/vllm_run_lock writes it: held within its lease, not past it; a free (empty) lock or
+    one that is not a lock is no run."""
+    lock = tmp_path / "run.lock"
+    lock.write_text(json.dumps(_holder(started=1_000_000, lease_seconds=3600)))
+    assert state.run_lock(str(lock), now=1_000_000 + 3599) == {
+        "present": True,
+        "held": True,
+        "run": "run-1",
+        "lease_end": 1_003_600,
+    }
+    assert state.run_lock(str(lock), now=1_000_000 + 3600)["held"] is False  # a run that stopped keeps its lock
+    lock.write_text("")  # released
+    assert state.run_lock(str(lock), now=1)["present"] is False
+    lock.write_text(json.dumps({"run_id": "x", "lease_until": "tomorrow"}))
+    assert state.run_lock(str(lock), now=1) == {"present": True, "held": False, "run": "x", "lease_end": 0}
+    assert state.run_lock(str(tmp_path / "none"), now=1)["held"] is False
+
+
+def test_the_rollout_turn_is_the_rollout_records_phase_and_its_files_time(tmp_path):
+    record = tmp_path / "state.json"
+    assert state.rollout_turn(str(record)) == {"present": False, "phase": None, "time": None}
+    record.write_text(json.dumps({"rollout": "r1", "phase": "switch", "at": "2026-12-03T05:00:00"}))
+    os.utime(record, (1_700_000_000, 1_700_000_000))
+    assert state.rollout_turn(str(record)) == {"present": True, "phase": "switch", "time": 1_700_000_000}
+    record.write_text("[]")
+    assert state.rollout_turn(str(record))["present"] is False
+
+
+def test_the_exposition_says_what_a_run_is_doing_on_the_host():
+    base = {
+        "time": 100,
+        "instances": [],
+        "firewall": {"expected": False, "present": False},
+        "converged": {"present": False, "inputs_digest": None, "time": None},
+        "cpu_nodes": {},
+    }
+    idle = state.exposition(
+        {**base, "run_lock": state.run_lock("/nonexistent", 1), "rollout": state.rollout_turn("/nonexistent")}
+    )
+    assert "vllm_fleet_run_lock_held 0" in idle
+    assert "vllm_fleet_run_lock_info" not in idle and "vllm_fleet_rollout_phase_timestamp_seconds" not in idle
+    busy = state.exposition(
+        {
+            **base,
+            "run_lock": {"present": True, "held": True, "run": "run-1", "lease_end": 200},
+            "rollout": {"present": True, "phase": "drain", "time": 90},
+        }
+    )
+    assert "vllm_fleet_run_lock_held 1" in busy
+    assert 'vllm_fleet_run_lock_info{run="run-1"} 1' in busy
+    assert "vllm_fleet_run_lock_lease_end_seconds 200" in busy
+    assert 'vllm_fleet_rollout_phase_timestamp_seconds{phase="drain"} 90' in busy
+    checked = subprocess.run(["promtool", "check", "metrics"], input=busy, capture_output=True, text=True, check=False)
+    assert "error" not in (checked.stdout + checked.stderr).lower(), checked.stdout + checked.stderr

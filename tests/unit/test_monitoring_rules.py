@@ -7,6 +7,7 @@ and one where it must not. promtool must be on PATH (scripts/test.sh puts .cache
 there): without it these tests fail, they never skip.
 """
 
+import json
 import re
 import shutil
 import subprocess
@@ -90,7 +91,8 @@ def test_prometheus_templates_survive_jinja():
 
 def test_every_alert_has_a_severity_and_says_what_to_do():
     for rule in alerts(render()):
-        assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
+        # info: planned work's notice, which Alertmanager's info route sends once per run (test_alertmanager_config).
+        assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule["alert"]
         assert rule["annotations"]["summary"].strip(), rule["alert"]
         assert rule["annotations"]["description"].strip(), rule["alert"]
 
@@ -196,3 +198,37 @@ def test_the_documented_alerts_are_the_rules_alerts():
     documented = documented_alerts()
     assert len(documented) == len(set(documented)), "an alert is documented twice"
     assert sorted(documented) == sorted(rule["alert"] for rule in alerts(render()))
+
+
+ALERTMANAGER = ROOT / "roles/monitoring/templates/alertmanager.yml.j2"
+
+
+def render_alertmanager(**overrides):
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
+    env.filters["to_json"] = json.dumps
+    return env.from_string(ALERTMANAGER.read_text()).render(ansible_managed="Ansible managed", **knobs(**overrides))
+
+
+@pytest.mark.parametrize("webhook", ["", "https://alerts.example.com/hook"])
+def test_alertmanager_config_passes_amtool(tmp_path, webhook):
+    amtool = shutil.which("amtool")
+    assert amtool, "amtool is not on PATH: run scripts/bootstrap.sh and put .cache/tools/bin on PATH"
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(render_alertmanager(monitoring_alert_webhook_url=webhook))
+    done = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_alertmanager_sends_planned_works_notice_once_per_run_and_groups_the_rest_by_class():
+    """Every info alert of the rules (planned work's notice) takes the info route, grouped by run; the rest are grouped
+    by alert and host class (not one notification per host), and a critical alert of an instance holds its warnings."""
+    config = yaml.safe_load(render_alertmanager(monitoring_alert_webhook_url="https://alerts.example.com/hook"))
+    assert config["route"]["group_by"] == ["alertname", "host_class"]
+    (info,) = config["route"]["routes"]
+    assert info["matchers"] == ['severity="info"'] and info["group_by"] == ["alertname", "run"]
+    for rule in alerts(render()):
+        if rule["labels"]["severity"] == "info":
+            assert "run" in rule["expr"], f"{rule['alert']}: an info alert is grouped by run"
+    (inhibit,) = config["inhibit_rules"]
+    assert inhibit["equal"] == ["host", "vllm_instance"]
+    assert config["receivers"][0]["webhook_configs"][0]["send_resolved"] is True

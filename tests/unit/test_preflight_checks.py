@@ -820,6 +820,7 @@ def test_every_number_of_the_roles_is_bounded_or_checked_elsewhere():
         "monitoring_drained_alert_minutes",
         "monitoring_ttft_p95_seconds",
         "monitoring_restarts_alert_count",
+        "monitoring_rollout_turn_minutes",
     }
     numbers = set()
     for spec in (REPO / "roles").glob("*/meta/argument_specs.yml"):

@@ -9,12 +9,17 @@ exporter's textfile collector (--format prom, written atomically by vllm-fleet-s
 - whether the instance firewall's table is loaded in the kernel (a oneshot unit can say active without it);
 - the converged record: present or not, and the digest of its inputs (the monitoring host compares it with
   the digest the last run wanted);
-- which NUMA node each CPU belongs to, to group node_cpu_seconds_total by node.
+- which NUMA node each CPU belongs to, to group node_cpu_seconds_total by node;
+- what a run is doing here, so that the alerts stay quiet during planned work and only then: whether a run
+  holds the host's run lock within its lease (a run removes the converged record and moves the version on
+  purpose), and whether the rollout is in this host's turn (its record of the phase, and when it was written:
+  a turn drains, stops and restarts instances on purpose).
 
 Standard library only; runs as root (memory maps of the vllm user's processes, nft, the record).
 """
 
 import argparse
+import calendar
 import glob
 import hashlib
 import json
@@ -173,6 +178,34 @@ def converged(record_path):
     }
 
 
+def run_lock(path, now):
+    """The run lock's holder (module_utils/vllm_run_lock.py writes it; a free lock is an empty file) and whether its
+    lease still runs: a run that stopped keeps its lock, and only its lease bounds how long it quiets the alerts."""
+    holder = read_json(path)
+    if not isinstance(holder, dict) or not holder.get("run_id"):
+        return {"present": False, "held": False, "run": None, "lease_end": None}
+    try:
+        # The lock's own stamp (module_utils/vllm_run_lock.STAMP); one it cannot read quiets nothing.
+        lease_end = calendar.timegm(time.strptime(str(holder.get("lease_until")), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        lease_end = 0
+    return {"present": True, "held": now < lease_end, "run": str(holder["run_id"]), "lease_end": lease_end}
+
+
+def rollout_turn(path):
+    """The rollout's record on this host (roles/rollout/tasks/record.yml): its phase and when it was written (the
+    file's time: each phase rewrites it). It is there from the snapshot to the commit of the host's turn, and after
+    a turn that stopped half way, until the next run finishes it."""
+    record = read_json(path)
+    if not isinstance(record, dict) or not isinstance(record.get("phase"), str):
+        return {"present": False, "phase": None, "time": None}
+    try:
+        written = int(os.stat(path).st_mtime)
+    except OSError:
+        return {"present": False, "phase": None, "time": None}
+    return {"present": True, "phase": record["phase"], "time": written}
+
+
 def cpu_nodes():
     nodes = {}
     for path in glob.glob("/sys/devices/system/node/node[0-9]*/cpulist"):
@@ -194,14 +227,17 @@ def state(args):
     firewall = {"expected": os.path.exists(args.firewall_unit), "present": False}
     if firewall["expected"]:
         firewall["present"] = run(["nft", "list", "table", "inet", args.firewall_table]) is not None
+    now = int(time.time())
     return {
         "host": args.host or os.uname().nodename,
-        "time": int(time.time()),
+        "time": now,
         "instances": instances(args.config_dir),
         "installed": installed(args.install_root, args.active_link),
         "firewall": firewall,
         "converged": converged(args.converged_record),
         "cpu_nodes": cpu_nodes(),
+        "run_lock": run_lock(args.run_lock, now),
+        "rollout": rollout_turn(args.rollout_record),
     }
 
 
@@ -280,6 +316,34 @@ def exposition(found):
         "The NUMA node of each CPU (1), to group CPU time by node.",
         [({"cpu": cpu, "numa_node": node}, 1) for cpu, node in sorted(found["cpu_nodes"].items(), key=_cpu_order)],
     )
+    lock = found.get("run_lock") or {"present": False}
+    metric(
+        "vllm_fleet_run_lock_held",
+        "gauge",
+        "1 while a run holds the host's run lock and its lease runs (0: free, or left by a run past its lease).",
+        [({}, int(bool(lock.get("held"))))],
+    )
+    if lock["present"]:
+        metric(
+            "vllm_fleet_run_lock_info",
+            "gauge",
+            "The run that holds (or left) the host's run lock.",
+            [({"run": lock["run"]}, 1)],
+        )
+        metric(
+            "vllm_fleet_run_lock_lease_end_seconds",
+            "gauge",
+            "When the lease of the run lock's holder ends.",
+            [({}, lock["lease_end"])],
+        )
+    turn = found.get("rollout") or {"present": False}
+    if turn["present"]:
+        metric(
+            "vllm_fleet_rollout_phase_timestamp_seconds",
+            "gauge",
+            "When the rollout wrote the phase it is in on this host (present only during the host's turn).",
+            [({"phase": turn["phase"]}, turn["time"])],
+        )
     metric("vllm_fleet_state_timestamp_seconds", "gauge", "When this state was read.", [({}, found["time"])])
     return "\n".join(lines) + "\n"
 
@@ -293,6 +357,8 @@ def main(argv=None):
     parser.add_argument("--install-root", default="/opt/vllm")
     parser.add_argument("--active-link", default="/opt/vllm/current")
     parser.add_argument("--converged-record", default="/var/lib/vllm-fleet/converged.json")
+    parser.add_argument("--run-lock", default="/var/lib/vllm-fleet/run.lock")
+    parser.add_argument("--rollout-record", default="/var/lib/vllm-rollout/state.json")
     parser.add_argument("--firewall-unit", default="/etc/systemd/system/vllm-firewall.service")
     parser.add_argument("--firewall-table", default="vllm_fleet", help="the inet table the unit loads")
     args = parser.parse_args(argv)
