@@ -24,6 +24,7 @@ the fix: ``<host>: <variable>: is <value>, <problem>; fix: <fix>.`` (vllm_syntax
 """
 
 import copy
+import ipaddress
 import re
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import format_cpulist, parse_cpulist
@@ -383,6 +384,7 @@ VARIABLES = {
     "memory_max_mib": "vllm_plan.unit_memory.max_mib",
     "systemd_version": "ansible_facts.systemd.version",
     "firewall_unit": "vllm_service_firewall",
+    "address_allow": "vllm_service_firewall: systemd (the sources it admits)",
     "managed": "ansible_managed",
     "quadlet_dir": "vllm_service_container_quadlet_dir",
     "systemd_dir": "vllm_service_systemd_dir",
@@ -400,6 +402,8 @@ DEFAULTS = {
     "memory_max_mib": None,
     "systemd_version": 0,
     "firewall_unit": None,
+    # vllm_service_firewall: systemd - the sources besides localhost (None: no address policy in the unit).
+    "address_allow": None,
     "managed": "Managed by vllm.cpu_fleet (roles/vllm_service, vllm_service_mode: container)",
     "quadlet_dir": "/etc/containers/systemd",
     "systemd_dir": "/etc/systemd/system",
@@ -652,6 +656,9 @@ def _check_knobs(knobs, host, problems):
         not isinstance(k["firewall_unit"], str) or not re.fullmatch(r"[A-Za-z0-9_.@-]+\.service", k["firewall_unit"])
     ):
         refuse("firewall_unit", k["firewall_unit"], Refusal("not a service unit name", "vllm-firewall.service"))
+    if k["address_allow"] is not None:
+        for refusal in _address_allow_refusals(k["address_allow"]):
+            refuse("address_allow", k["address_allow"], refusal)
     if not isinstance(k["managed"], str) or re.search(r"[\x00-\x1f\x7f]", k["managed"]):
         refuse("managed", k["managed"], Refusal("not one line of text", "write it on one line"))
     if not isinstance(k["host"], str) or re.search(r"[\x00-\x1f\x7f]", k["host"]):
@@ -773,7 +780,8 @@ def container_unit(plan_instance, serve, knobs):
     ``knobs``: podman_version, image, user and group (numbers), home, env_file (podman_env_file's), seccomp_profile
     (a file of seccomp_profile's) are required; model_path, read_only_paths, secrets ({variable: podman secret}),
     shm_mib (default: shm_mib(plan_instance)), stop_timeout, start_timeout, memory_high_mib, memory_max_mib,
-    systemd_version, firewall_unit, managed, image_venv, podman, quadlet_dir, systemd_dir and host are optional.
+    systemd_version, firewall_unit, address_allow (vllm_service_firewall: systemd: the sources besides localhost),
+    managed, image_venv, podman, quadlet_dir, systemd_dir and host are optional.
 
     Returns {style, unit, container, secret_style, podman_args, files: {path: text}}; raises ContainerUnitError
     naming every input it cannot write.
@@ -842,6 +850,41 @@ def _unit_section(k, description):
     return lines
 
 
+def _address_allow_refusals(sources):
+    """What systemd's IPAddressAllow= would not read as exactly one address or network (it reads keywords such as
+    `any` as every address, and a network with host bits as the network)."""
+    if not isinstance(sources, (list, tuple)):
+        return [Refusal("not a list of addresses and networks", "pass the sources the role worked out")]
+    refusals = []
+    for source in sources:
+        try:
+            ipaddress.ip_network(str(source), strict=True)
+        except ValueError:
+            refusals.append(
+                Refusal(
+                    f"{source!r} is no address or network without host bits",
+                    "list addresses and networks only (preflight names the variable it came from)",
+                )
+            )
+            continue
+        if not isinstance(source, str) or not re.fullmatch(r"[0-9A-Fa-f.:/]+", source):
+            refusals.append(Refusal(f"{source!r} is not written as an address", "write it as 10.0.0.5 or 10.0.0.0/24"))
+    return refusals
+
+
+def _address_policy(k):
+    """The venv unit's systemd firewall (vllm@.service.j2): the container runs with the host's network in a cgroup
+    below the unit's (--cgroups=split, Quadlet's default too), so the unit's BPF address filter is the container's."""
+    if k["address_allow"] is None:
+        return []
+    return [
+        "# Only the load balancers, vllm_service_firewall_allow, the monitoring hosts and localhost (cgroup v2 BPF;",
+        "# preflight checks the host has it). Applies to every packet of the unit and of its container.",
+        "IPAddressDeny=any",
+        "IPAddressAllow=" + " ".join(["localhost", *k["address_allow"]]),
+    ]
+
+
 def _service_limits(k):
     if k["systemd_version"] >= 254:
         lines = ["RestartSec=5", "RestartSteps=8", "RestartMaxDelaySec=300"]
@@ -878,7 +921,8 @@ def _quadlet_text(plan_instance, instance_values, k, spec, words):
             podman_args += flags
     lines.append(f"PodmanArgs={systemd_words(podman_args)}")
     lines.append(f"Exec={systemd_words(words)}")
-    lines += ["", "[Service]", *_service_limits(k), "", "[Install]", "WantedBy=multi-user.target", ""]
+    lines += ["", "[Service]", *_service_limits(k), *_address_policy(k)]
+    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
 
 
@@ -902,6 +946,7 @@ def _template_text(k):
         "KillMode=mixed",
         "SyslogIdentifier=%N",
         *_service_limits(k),
+        *_address_policy(k),
         "ExecStartPre=/bin/rm -f %t/%N.cid",
         f"ExecStop={podman} stop --ignore -t {k['stop_timeout']} --cidfile=%t/%N.cid",
         f"ExecStopPost=-{podman} rm -v -f --ignore -t 10 --cidfile=%t/%N.cid",

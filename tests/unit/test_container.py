@@ -812,3 +812,56 @@ if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
             target = GOLDEN / style / path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------ the systemd firewall
+
+
+@pytest.mark.parametrize("podman", ["5.4.2", "4.4.0", "4.3.1"])
+def test_the_systemd_firewall_is_in_the_container_unit_as_in_the_venv_unit(podman):
+    """vllm_service_firewall: systemd writes vllm@.service.j2's address policy into every style's unit (issue 44: the
+    container unit had none, so the instance ports, /metrics and /health answered every source)."""
+    instance = _plan()["instances"][1]
+    sources = ["10.0.0.7", "10.1.0.0/16", "fd00::5"]
+    unit = container.container_unit(
+        instance, _serve(instance), _knobs(podman, firewall_unit=None, address_allow=sources)
+    )
+    service = [
+        (key, value)
+        for path, text in unit["files"].items()
+        for section, key, value in _entries(text)
+        if section == "Service" and key.startswith("IPAddress")
+    ]
+    assert service == [("IPAddressDeny", "any"), ("IPAddressAllow", "localhost 10.0.0.7 10.1.0.0/16 fd00::5")]
+    venv_template = (REPO / "roles/vllm_service/templates/vllm@.service.j2").read_text()
+    assert "IPAddressDeny=any\nIPAddressAllow=localhost {{" in venv_template  # the same policy, the same words
+
+
+@pytest.mark.parametrize("podman", ["5.4.2", "4.3.1"])
+def test_no_address_policy_without_the_systemd_firewall(podman):
+    instance = _plan()["instances"][1]
+    unit = container.container_unit(instance, _serve(instance), _knobs(podman))
+    assert not [text for text in unit["files"].values() if "IPAddress" in text]
+
+
+@pytest.mark.parametrize(
+    "sources", [["any"], ["10.0.0.5/24"], ["host.example"], ["10.0.0.5 10.0.0.6"], ["fe80::1%eth0"], "10.0.0.5", [5]]
+)
+def test_a_source_systemd_would_misread_is_refused(sources):
+    instance = _plan()["instances"][1]
+    with pytest.raises(container.ContainerUnitError) as err:
+        container.container_unit(instance, _serve(instance), _knobs(firewall_unit=None, address_allow=sources))
+    assert "vllm_service_firewall: systemd" in str(err.value)
+
+
+def test_systemd_accepts_the_podman_run_units_with_the_address_policy(tmp_path):
+    instance = _plan()["instances"][1]
+    knobs = _knobs("4.3.1", podman="/bin/true", firewall_unit=None, systemd_dir=str(tmp_path))
+    knobs["address_allow"] = ["10.0.0.7"]
+    unit = container.container_unit(instance, _serve(instance), knobs)
+    for path, text in unit["files"].items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")
+    verify = ["systemd-analyze", "verify", str(tmp_path / "vllm@vllm-1.service")]
+    result = subprocess.run(verify, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and str(tmp_path) not in result.stderr, result.stderr
