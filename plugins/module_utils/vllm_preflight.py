@@ -96,6 +96,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_moni
     SYSTEMD_SPAN_UNITS,
     monitoring,
     monitoring_platform,
+    webhook,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_rollout import rollout
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_service import (
@@ -206,5 +207,6 @@ __all__ = [
     "url_path",
     "versions",
     "wanted_digest",
+    "webhook",
     "written_types",
 ]

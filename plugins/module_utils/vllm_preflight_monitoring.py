@@ -1,6 +1,7 @@
 """Preflight's monitoring room: the durations, sizes, URL, ports, thresholds and networks Prometheus, Alertmanager,
 systemd and nftables read as written, and the platforms the monitoring role installs on."""
 
+import ipaddress
 import math
 import re
 from urllib.parse import urlsplit
@@ -89,6 +90,40 @@ def _http_url(value):
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
+def webhook(host, url, allow_http=False):
+    """The receiver Alertmanager posts every alert to. Its URL is never repeated, whole or in part beyond its scheme:
+    receivers take their token in the path or query (a chat hook's URL is its secret). https, unless the receiver is
+    on this host (loopback) or the inventory opts in; never a link-local address (the cloud's metadata service)."""
+    if not url:
+        return []
+    name = f"{host}: monitoring_alert_webhook_url"
+    if not _http_url(url):
+        return [
+            f"{name}: is no http or https URL with a host (the value is not shown: a webhook URL may carry its token);"
+            " fix: a URL such as https://alerts.example.com/hook (on one line), or empty to keep the alerts in"
+            " Alertmanager."
+        ]
+    parts = urlsplit(url)
+    hostname = parts.hostname.strip("[]")
+    try:
+        address = ipaddress.ip_address(hostname.split("%")[0])
+    except ValueError:
+        address = None
+    if address is not None and address.is_link_local:
+        return [
+            f"{name}: names a link-local address, where cloud instances serve their metadata (and credentials), not a"
+            " receiver; fix: the receiver's own address or name."
+        ]
+    loopback = hostname.lower() == "localhost" or (address is not None and address.is_loopback)
+    if parts.scheme == "http" and not loopback and allow_http is not True:
+        return [
+            f"{name}: is an http:// URL to another host: every alert, and the URL's token, would cross the network in"
+            " clear text; fix: https, or set monitoring_alert_webhook_allow_http: true for a receiver on a network"
+            " you trust."
+        ]
+    return []
+
+
 def monitoring(host, v, monitoring_host=True, loadbalancer=False):
     """The monitoring role's inputs Prometheus, Alertmanager, systemd and nftables read as written: durations,
     sizes, the webhook URL, ports (in range, and not shared by two listeners of one host), thresholds and the UI's
@@ -115,13 +150,7 @@ def monitoring(host, v, monitoring_host=True, loadbalancer=False):
                 f"{host}: monitoring_prometheus_retention_size: is {size!r}, not a size Prometheus reads; fix: 0 (no"
                 " size limit) or a whole number with a unit B, KB, MB, GB, TB, PB or EB, such as 10GB or 512MB."
             )
-        url = v.get("monitoring_alert_webhook_url")
-        if url and not _http_url(url):
-            shown = "is no" if "@" in str(url) else f"is {url!r}, no"
-            problems.append(
-                f"{host}: monitoring_alert_webhook_url: {shown} http or https URL with a host; fix: a URL such as"
-                " https://alerts.example.com/hook (on one line), or empty to keep the alerts in Alertmanager."
-            )
+        problems += webhook(host, v.get("monitoring_alert_webhook_url"), v.get("monitoring_alert_webhook_allow_http"))
         for name, wanted in MONITORING_THRESHOLDS.items():
             value = v.get(name)
             if value is None:

@@ -1150,31 +1150,46 @@ MONITORING_FIX_DURATION = (
             {"monitoring_prometheus_retention_size": "10G"},
             "mon: monitoring_prometheus_retention_size: is '10G', not a size Prometheus reads",
         ),
+        # A webhook URL is never repeated: receivers take their token in the path or query.
+        *[
+            (
+                {"monitoring_alert_webhook_url": url},
+                "mon: monitoring_alert_webhook_url: is no http or https URL with a host (the value is not shown: a"
+                " webhook URL may carry its token); fix: a URL such as https://alerts.example.com/hook (on one line),"
+                " or empty to keep the alerts in Alertmanager.",
+            )
+            for url in (
+                "alerts.example.com/hook",
+                "ftp://alerts.example.com/hook",
+                "https:///hook",
+                "https://alerts.example.com:99999/hook",
+                "https://alerts.example.com/a b",
+                "smtp://user:secret@mail.example.com",
+            )
+        ],
+        *[
+            (
+                {"monitoring_alert_webhook_url": url},
+                "mon: monitoring_alert_webhook_url: names a link-local address, where cloud instances serve their"
+                " metadata (and credentials), not a receiver; fix: the receiver's own address or name.",
+            )
+            for url in ("http://169.254.169.254/latest", "https://169.254.10.1/hook", "https://[fe80::1]/hook")
+        ],
+        *[
+            (
+                {"monitoring_alert_webhook_url": url},
+                "mon: monitoring_alert_webhook_url: is an http:// URL to another host: every alert, and the URL's"
+                " token, would cross the network in clear text; fix: https, or set"
+                " monitoring_alert_webhook_allow_http: true for a receiver on a network you trust.",
+            )
+            for url in ("http://alerts.example.com/hook/T0K3N", "http://10.0.0.9:5001/alerts", "http://[fd00::9]/a")
+        ],
         (
-            {"monitoring_alert_webhook_url": "alerts.example.com/hook"},
-            "mon: monitoring_alert_webhook_url: is 'alerts.example.com/hook', no http or https URL with a host; fix: a"
-            " URL such as https://alerts.example.com/hook (on one line), or empty to keep the alerts in Alertmanager.",
-        ),
-        (
-            {"monitoring_alert_webhook_url": "ftp://alerts.example.com/hook"},
-            "mon: monitoring_alert_webhook_url: is 'ftp://alerts.example.com/hook', no http or https URL",
-        ),
-        (
-            {"monitoring_alert_webhook_url": "https:///hook"},
-            "mon: monitoring_alert_webhook_url: is 'https:///hook', no",
-        ),
-        (
-            {"monitoring_alert_webhook_url": "https://alerts.example.com:99999/hook"},
-            "mon: monitoring_alert_webhook_url: is 'https://alerts.example.com:99999/hook', no",
-        ),
-        (
-            {"monitoring_alert_webhook_url": "https://alerts.example.com/a b"},
-            "mon: monitoring_alert_webhook_url: is 'https://alerts.example.com/a b', no",
-        ),
-        # A URL with credentials is not repeated in the message.
-        (
-            {"monitoring_alert_webhook_url": "smtp://user:secret@mail.example.com"},
-            "mon: monitoring_alert_webhook_url: is no http or https URL with a host; fix:",
+            {
+                "monitoring_alert_webhook_url": "http://alerts.example.com/hook",
+                "monitoring_alert_webhook_allow_http": "yes",
+            },
+            "mon: monitoring_alert_webhook_url: is an http:// URL to another host",
         ),
         (
             {"monitoring_state_interval": "30 secs"},
@@ -1301,9 +1316,13 @@ def test_a_fleet_host_checks_only_the_exporters_knobs():
         # A zero group_wait sends at once; a zero `for` fires at the first failed scrape.
         {"monitoring_alert_group_wait": "0s", "monitoring_instance_down_for": "0"},
         {"monitoring_alert_group_interval": "1m", "monitoring_alert_repeat_interval": "1d12h"},
-        {"monitoring_alert_webhook_url": "http://10.0.0.9:5001/"},
+        {"monitoring_alert_webhook_url": "http://10.0.0.9:5001/", "monitoring_alert_webhook_allow_http": True},
         {"monitoring_alert_webhook_url": "https://hooks.example.com/services/T000/B000?token=x"},
-        {"monitoring_alert_webhook_url": "http://[2001:db8::1]:8080/alert"},
+        {"monitoring_alert_webhook_url": "http://[2001:db8::1]:8080/a", "monitoring_alert_webhook_allow_http": True},
+        {"monitoring_alert_webhook_url": "http://127.0.0.1:5001/alerts"},
+        {"monitoring_alert_webhook_url": "http://localhost:5001/alerts"},
+        {"monitoring_alert_webhook_url": "http://[::1]:5001/alerts"},
+        {"monitoring_alert_webhook_url": "https://[2001:db8::1]/alert"},
         {"monitoring_alert_webhook_url": ""},
         {"monitoring_state_interval": "1min"},
         {"monitoring_state_interval": "2min 30s"},
@@ -1324,6 +1343,18 @@ def test_a_fleet_host_checks_only_the_exporters_knobs():
 )
 def test_monitoring_inputs_the_programs_read_pass(changes):
     assert checks.monitoring("mon", monitoring_defaults(**changes), monitoring_host=True, loadbalancer=True) == []
+
+
+def test_no_webhook_message_repeats_any_part_of_the_url_beyond_its_scheme():
+    """A chat hook's URL is its secret: whatever is wrong with it, the message names the variable, not the value."""
+    for url in (
+        "http://hooks.corp.invalid/services/T0K3N",
+        "https://169.254.169.254/T0K3N?k=S3CR3T",
+        "hooks.corp.invalid/T0K3N",
+        "https://user:S3CR3T@hooks.corp.invalid:99999/T0K3N",
+    ):
+        (problem,) = checks.webhook("mon", url)
+        assert "T0K3N" not in problem and "S3CR3T" not in problem and "corp.invalid" not in problem, problem
 
 
 def test_the_monitoring_role_refuses_a_family_whose_packages_it_does_not_install():
