@@ -416,6 +416,8 @@ class ActionModule(ActionBase):
             v["vllm_service_runtime_env_names"] = sorted(runtime_env)
         found, releases_known = checks.versions(host, v)
         problems += checks.bounds(host, v) + found
+        # Across the host's roles: the directories each owns are apart.
+        problems += checks.owned_overlaps(host, v)
         problems += checks.names(host, v, task_vars.get("groups", {}), _role_defaults())
         if "loadbalancer" in sections:
             problems += checks.loadbalancer(host, v, self._backend_addresses(v, task_vars))

@@ -54,6 +54,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_comm
     names,
     networks,
     one_line,
+    owned_overlaps,
     versions,
     written_types,
 )
@@ -194,6 +195,7 @@ __all__ = [
     "number",
     "one_line",
     "owned_directory",
+    "owned_overlaps",
     "parse_serial",
     "release_info",
     "rollout",

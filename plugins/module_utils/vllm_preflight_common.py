@@ -35,6 +35,8 @@ OWNED_DIRECTORIES = {
     "vllm_image_work_root": "the role builds the image in and removes what it built there",
     "vllm_image_host_dir": "the role copies image archives into and removes them from",
 }
+# Owned directories that may be one directory: both hold Ansible's local facts, each role its own file.
+SHARED_DIRECTORIES = (frozenset(("vllm_install_local_facts_dir", "toolchain_local_facts_dir")),)
 # The other paths on the hosts the roles write into unit files, haproxy.cfg, scripts and commands as written.
 HOST_PATHS = (
     "vllm_install_active_link",
@@ -199,6 +201,34 @@ def host_directories(host, validated):
             continue
         if refusal:
             problems.append(say(host, name, value, refusal))
+    return problems
+
+
+def owned_overlaps(host, validated):
+    """Two directories the roles own on one host are apart: one inside (or equal to) another would be given to two
+    owners, or removed with the other (a rollback replaces the config directory whole)."""
+    owned = sorted(
+        (name, value.rstrip("/") or "/")
+        for name, value in validated.items()
+        if name in OWNED_DIRECTORIES and isinstance(value, str) and value.startswith("/")
+    )
+    problems = []
+    for index, (name, value) in enumerate(owned):
+        for other, other_value in owned[index + 1 :]:
+            if frozenset((name, other)) in SHARED_DIRECTORIES:
+                continue
+            if value == other_value:
+                how = f"the same directory as {other}"
+            elif value.startswith(other_value + "/") or other_value == "/":
+                how = f"inside {other} ({other_value!r})"
+            elif other_value.startswith(value + "/") or value == "/":
+                how = f"above {other} ({other_value!r})"
+            else:
+                continue
+            problems.append(
+                f"{host}: {name}: is {value!r}, {how}: {OWNED_DIRECTORIES[name]}, and"
+                f" {OWNED_DIRECTORIES[other]}; fix: give each its own directory, neither inside the other."
+            )
     return problems
 
 

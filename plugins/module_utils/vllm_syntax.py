@@ -301,6 +301,14 @@ SYSTEM_DIRECTORIES = frozenset(
 )  # fmt: skip
 # Kernel file systems: nothing can be created or owned there.
 VIRTUAL_ROOTS = ("/proc", "/sys", "/dev")
+# The system directories where any service keeps a directory of its own (/etc/vllm, /var/lib/vllm, /opt/vllm):
+# below the others (/etc/ssl, /usr/lib, /root, /var/lib/dpkg) every directory is the system's or one service's.
+SERVICE_PARENTS = frozenset(
+    (
+        "/etc", "/etc/ansible", "/home", "/mnt", "/media", "/opt", "/run", "/srv", "/tmp", "/usr/local", "/var/cache",
+        "/var/lib", "/var/local", "/var/log", "/var/opt", "/var/spool", "/var/tmp",
+    )
+)  # fmt: skip
 
 
 def host_path(value):
@@ -347,6 +355,13 @@ def owned_directory(value, what):
         )
     if any(value == root or value.startswith(root + "/") for root in VIRTUAL_ROOTS):
         return Refusal(f"on a kernel file system, where {what} cannot happen", "give a directory on a disk")
+    above = [system for system in SYSTEM_DIRECTORIES if value.startswith(system + "/")]
+    nearest = max(above, key=len, default=None)
+    if nearest is not None and nearest not in SERVICE_PARENTS:
+        return Refusal(
+            f"inside {nearest}, a directory of the system's or of another service's, which {what}",
+            "give a directory of the fleet's own, such as /var/lib/vllm, /etc/vllm or /opt/vllm",
+        )
     return None
 
 

@@ -270,6 +270,13 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
             ["system-home: vllm_service_home: is '/etc', a system directory", "fix: give a directory of the fleet's",
              "system-home: rollout_state_dir: is '/var/lib/../lib', not a normalised path"],
         ),
+        # Across two roles of one host: a rollback replaces the config directory whole (issue 44 item 9).
+        "owned-overlap": (
+            {"vllm_service_config_dir": "/etc/ssl/private", "rollout_state_dir": "/var/lib/vllm",
+             "vllm_service_home": "/var/lib/vllm"},
+            ["owned-overlap: vllm_service_config_dir: is '/etc/ssl/private', inside /etc/ssl, a directory of the",
+             "owned-overlap: rollout_state_dir: is '/var/lib/vllm', the same directory as vllm_service_home"],
+        ),
         "quoted-key": (
             {"vllm_service_api_key": 'quo"te\\s3cret'},
             ["quoted-key: vllm_service_api_key: is a secret (not shown), not a bearer token", "fix: use a key such"],

@@ -1529,3 +1529,90 @@ def test_build_inputs_are_not_asked_for_when_the_wheel_is_built(tmp_path):
     (tmp_path / "artifacts" / "x86_64" / "vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.whl").write_bytes(b"")
     problems, _unused = checks.build_host("h", build, SMALL_BUILD_PLAN, found)
     assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "inside"),
+    [
+        # A rollback replaces the config directory whole: rm -rf of the host's private keys.
+        ("vllm_service_config_dir", "/etc/ssl/private", "/etc/ssl"),
+        ("vllm_service_config_dir", "/etc/ssh/vllm", "/etc/ssh"),
+        ("vllm_service_home", "/root/vllm", "/root"),
+        ("vllm_install_root", "/usr/lib/vllm", "/usr/lib"),
+        ("vllm_install_root", "/usr/share/vllm", "/usr/share"),
+        ("rollout_state_dir", "/var/lib/dpkg/vllm", "/var/lib/dpkg"),
+        ("rollout_state_dir", "/var/lib/systemd/vllm", "/var/lib/systemd"),
+        ("vllm_build_work_root", "/boot/vllm", "/boot"),
+        ("monitoring_prometheus_storage_path", "/etc/systemd/system/prom", "/etc/systemd/system"),
+        ("monitoring_prometheus_storage_path", "/etc/prometheus/data", "/etc/prometheus"),
+        ("vllm_image_host_dir", "/etc/haproxy/images", "/etc/haproxy"),
+    ],
+)
+def test_an_owned_directory_inside_another_services_directory_is_refused(name, value, inside):
+    (problem,) = checks.host_directories("h", {name: value})
+    assert problem.startswith(f"h: {name}: is {value!r}, inside {inside}, a directory of the system's or of another")
+    assert OWNED_WHAT[name] in problem and "; fix: give a directory of the fleet's own" in problem
+
+
+OWNED_WHAT = checks.OWNED_DIRECTORIES
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["/etc/vllm", "/var/lib/vllm", "/opt/vllm", "/srv/vllm", "/data/vllm", "/home/vllm", "/var/cache/vllm-image",
+     "/usr/local/vllm", "/var/lib/prometheus/metrics2", "/etc/ansible/facts.d", "/tmp/pytest-of-root/x"],
+)
+def test_a_directory_of_the_fleets_own_passes(value):
+    for name in checks.OWNED_DIRECTORIES:
+        assert checks.host_directories("h", {name: value}) == [], (name, value)
+
+
+def test_the_defaults_own_directories_apart():
+    defaults = {}
+    for role in ("vllm_service", "vllm_install", "vllm_build", "rollout", "toolchain", "monitoring", "vllm_image"):
+        defaults.update(yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()) or {})
+    owned = {name: defaults[name] for name in checks.OWNED_DIRECTORIES}
+    assert checks.owned_overlaps("h", owned) == []
+    assert [name for name in owned if checks.host_directories("h", {name: owned[name]})] == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        # The monitoring role would give the secrets directory to the prometheus user.
+        (
+            {"monitoring_prometheus_storage_path": "/etc/vllm"},
+            "h: monitoring_prometheus_storage_path: is '/etc/vllm', the same directory as vllm_service_config_dir: the"
+            " role gives to the prometheus user, and the role sets to mode 0750 and a rollback replaces whole (rm -rf);"
+            " fix: give each its own directory, neither inside the other.",
+        ),
+        (
+            {"rollout_state_dir": "/etc/vllm/rollout"},
+            "h: rollout_state_dir: is '/etc/vllm/rollout', inside vllm_service_config_dir ('/etc/vllm'):",
+        ),
+        (
+            {"vllm_service_home": "/opt"},
+            "h: vllm_install_root: is '/opt/vllm', inside vllm_service_home ('/opt'):",
+        ),
+        (
+            {"vllm_build_ccache_dir": "/var/lib/vllm-build/ccache"},
+            "h: vllm_build_ccache_dir: is '/var/lib/vllm-build/ccache', inside vllm_build_work_root"
+            " ('/var/lib/vllm-build'):",
+        ),
+    ],
+)
+def test_two_owned_directories_of_one_host_may_not_overlap(changes, expected):
+    owned = {
+        "vllm_service_home": "/var/lib/vllm",
+        "vllm_service_config_dir": "/etc/vllm",
+        "vllm_install_root": "/opt/vllm",
+        "vllm_build_work_root": "/var/lib/vllm-build",
+        "vllm_build_ccache_dir": "/var/cache/vllm-build/ccache",
+        "rollout_state_dir": "/var/lib/vllm-rollout",
+        "monitoring_prometheus_storage_path": "/var/lib/prometheus/metrics2",
+        "vllm_install_local_facts_dir": "/etc/ansible/facts.d",
+        "toolchain_local_facts_dir": "/etc/ansible/facts.d",  # one directory of local facts, a file per role
+    }
+    assert checks.owned_overlaps("h", owned) == []
+    (problem,) = checks.owned_overlaps("h", {**owned, **changes})
+    assert problem.startswith(expected), problem
