@@ -15,6 +15,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import 
     say,
     url_path,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import LOADBALANCER_TLS, tls_problems
 
 # HAProxy's time format (a whole number and an optional unit; without one, milliseconds).
 HAPROXY_TIME = re.compile(r"^([0-9]+)(us|ms|s|m|h|d)?\Z")
@@ -97,6 +98,14 @@ def loadbalancer(host, v, backends=None):
             problems.append(
                 f"{host}: {name}: {value!r} is no OpenSSL cipher list; fix: names joined by colons, without blanks."
             )
+    # What HAProxy loads as server.pem and its key: certificates, the key that belongs to them, dates, serverAuth, and
+    # the chain when the CA is given (one without the other is the role's preflight's).
+    certificate, key = v.get("loadbalancer_tls_certificate"), v.get("loadbalancer_tls_key")
+    if isinstance(certificate, str) and certificate.strip() and isinstance(key, str) and key.strip():
+        ca = v.get("loadbalancer_tls_ca_certificate")
+        problems += tls_problems(
+            host, certificate, key, ca if isinstance(ca, str) else "", [], variables=LOADBALANCER_TLS
+        )
     return problems
 
 

@@ -59,39 +59,65 @@ def _covers(certificate, name):
     return False
 
 
-def tls_problems(host, certificate_pem, key_pem, ca_pem, names, now=None):
+# The variables a host's TLS inputs come from, and who checks the certificate.
+SERVICE_TLS = {
+    "certificate": "vllm_service_tls_certificate",
+    "key": "vllm_service_tls_key",
+    "ca": "vllm_fleet_backend_tls_ca_certificate",
+    "ca_role": "signed the vLLM hosts' certificates",
+    "checked_by": "the load balancers",
+    "reader": "vLLM",
+    "fix": "fix: give the host's certificate (PEM, intermediates after it) from the fleet's CA",
+}
+LOADBALANCER_TLS = {
+    "certificate": "loadbalancer_tls_certificate",
+    "key": "loadbalancer_tls_key",
+    "ca": "loadbalancer_tls_ca_certificate",
+    "ca_role": "signed the load balancer's certificate",
+    "checked_by": "clients that trust that CA",
+    "reader": "HAProxy",
+    "fix": "fix: give the load balancer's certificate (PEM, intermediates after it)",
+}
+
+
+def tls_problems(host, certificate_pem, key_pem, ca_pem, names, now=None, variables=None):
     """Every problem of a host's TLS inputs, worded `host: variable: problem; fix: ...` (an empty list: none).
 
     names: what the certificate must cover (the host's inventory name unless it is an address, the addresses the
-    load balancers and monitoring hosts use for it).
+    load balancers and monitoring hosts use for it). variables: SERVICE_TLS (the default: the CA is required) or
+    LOADBALANCER_TLS (the CA is optional: only clients on the host read it; the chain is checked when it is given).
     """
+    names_of = variables or SERVICE_TLS
+    cert_name, key_name, ca_name = names_of["certificate"], names_of["key"], names_of["ca"]
     if x509 is None:  # pragma: no cover
-        return [f"{host}: vllm_service_tls_certificate: the controller's Python lacks cryptography; fix: install it"]
+        return [f"{host}: {cert_name}: the controller's Python lacks cryptography; fix: install it"]
     now = now or datetime.datetime.now(datetime.UTC)
     problems = []
-    fix_cert = "fix: give the host's certificate (PEM, intermediates after it) from the fleet's CA"
-    if not str(ca_pem or "").strip():
+    fix_cert = names_of["fix"]
+    ca_required = variables is None or variables is SERVICE_TLS
+    if ca_required and not str(ca_pem or "").strip():
         return [
-            f"{host}: vllm_fleet_backend_tls_ca_certificate: is empty, and this host has a certificate"
-            " (vllm_service_tls_certificate), so nothing could check it; fix: set it to the CA certificate (PEM)"
-            " that signed the vLLM hosts' certificates."
+            f"{host}: {ca_name}: is empty, and this host has a certificate"
+            f" ({cert_name}), so nothing could check it; fix: set it to the CA certificate (PEM)"
+            f" that {names_of['ca_role']}."
         ]
     if not str(key_pem or "").strip():
         problems.append(
-            f"{host}: vllm_service_tls_key: is empty, and vllm_service_tls_certificate is set; fix: give the"
+            f"{host}: {key_name}: is empty, and {cert_name} is set; fix: give the"
             " certificate's private key (PEM, in Ansible Vault)."
         )
     chain, extra = _blocks(certificate_pem, {"CERTIFICATE"})
-    cas, ca_extra = _blocks(ca_pem, {"CERTIFICATE"})
+    has_ca = bool(str(ca_pem or "").strip())
+    cas, ca_extra = _blocks(ca_pem, {"CERTIFICATE"}) if has_ca else ([], "")
     if not chain or extra:
         problems.append(
-            f"{host}: vllm_service_tls_certificate: is not PEM certificates only (BEGIN/END CERTIFICATE blocks,"
+            f"{host}: {cert_name}: is not PEM certificates only (BEGIN/END CERTIFICATE blocks,"
             f" nothing between them); {fix_cert}."
         )
-    if not cas or ca_extra:
+    if has_ca and (not cas or ca_extra):
         problems.append(
-            f"{host}: vllm_fleet_backend_tls_ca_certificate: is not PEM certificates only; fix: give the CA"
-            " certificate (PEM) that signed the vLLM hosts' certificates."
+            f"{host}: {ca_name}: is not PEM certificates only; fix: give the CA"
+            f" certificate (PEM) that {names_of['ca_role']}."
         )
     if problems:
         return problems
@@ -99,7 +125,10 @@ def tls_problems(host, certificate_pem, key_pem, ca_pem, names, now=None):
         leaf, *intermediates = [x509.load_pem_x509_certificate(block.encode()) for block in chain]
         authorities = [x509.load_pem_x509_certificate(block.encode()) for block in cas]
     except ValueError as err:
-        return [f"{host}: vllm_service_tls_certificate or vllm_fleet_backend_tls_ca_certificate: unreadable ({err})"]
+        return [
+            f"{host}: {cert_name} or {ca_name}: unreadable ({err}); fix: give PEM certificates that"
+            " `openssl x509 -noout -text` reads."
+        ]
     if str(key_pem or "").strip():
         keys, key_extra = _blocks(key_pem, {"PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY"})
         try:
@@ -113,13 +142,13 @@ def tls_problems(host, certificate_pem, key_pem, ca_pem, names, now=None):
             )
             if not same:
                 problems.append(
-                    f"{host}: vllm_service_tls_key: is not the key of vllm_service_tls_certificate (vLLM would not"
+                    f"{host}: {key_name}: is not the key of {cert_name} ({names_of['reader']} would not"
                     " start); fix: give the certificate's own key."
                 )
         except (ValueError, TypeError) as err:
             problems.append(
-                f"{host}: vllm_service_tls_key: is not one unencrypted PEM private key ({err}); fix: give the"
-                " certificate's key, without a passphrase (vLLM reads it at start), in Ansible Vault."
+                f"{host}: {key_name}: is not one unencrypted PEM private key ({err}); fix: give the"
+                f" certificate's key, without a passphrase ({names_of['reader']} reads it at start), in Ansible Vault."
             )
     # The chain up to one of the CA's certificates: each certificate signed by the next, the last by the CA.
     issuer_chain = [leaf, *intermediates]
@@ -127,29 +156,29 @@ def tls_problems(host, certificate_pem, key_pem, ca_pem, names, now=None):
         for child, parent in itertools.pairwise(issuer_chain):
             child.verify_directly_issued_by(parent)
         top = issuer_chain[-1]
-        if not any(_issued_by(top, ca) for ca in authorities):
-            raise ValueError("no certificate of vllm_fleet_backend_tls_ca_certificate signed it")
+        if authorities and not any(_issued_by(top, ca) for ca in authorities):
+            raise ValueError(f"no certificate of {ca_name} signed it")
     except (ValueError, TypeError, InvalidSignature) as err:
         problems.append(
-            f"{host}: vllm_service_tls_certificate: is not signed by vllm_fleet_backend_tls_ca_certificate ({err}),"
-            f" so the load balancers would refuse it; {fix_cert}, or set the CA that signed it."
+            f"{host}: {cert_name}: is not signed by {ca_name} ({err}),"
+            f" so {names_of['checked_by']} would refuse it; {fix_cert}, or set the CA that signed it."
         )
     not_before, not_after = _validity(leaf)
     if now < not_before:
         problems.append(
-            f"{host}: vllm_service_tls_certificate: is valid only from {not_before:%Y-%m-%d %H:%M} UTC; fix: give one"
+            f"{host}: {cert_name}: is valid only from {not_before:%Y-%m-%d %H:%M} UTC; fix: give one"
             " valid now (or check the controller's clock)."
         )
     elif now + datetime.timedelta(days=MIN_DAYS_LEFT) > not_after:
         problems.append(
-            f"{host}: vllm_service_tls_certificate: expires {not_after:%Y-%m-%d %H:%M} UTC, in less than"
+            f"{host}: {cert_name}: expires {not_after:%Y-%m-%d %H:%M} UTC, in less than"
             f" {MIN_DAYS_LEFT} days; fix: renew it."
         )
     try:
         usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
         if ExtendedKeyUsageOID.SERVER_AUTH not in usages:
             problems.append(
-                f"{host}: vllm_service_tls_certificate: its extended key usage has no serverAuth, so clients refuse"
+                f"{host}: {cert_name}: its extended key usage has no serverAuth, so clients refuse"
                 f" it as a server's; {fix_cert} (extendedKeyUsage serverAuth)."
             )
     except x509.ExtensionNotFound:
@@ -157,7 +186,7 @@ def tls_problems(host, certificate_pem, key_pem, ca_pem, names, now=None):
     missing = [str(name) for name in names if name and not _covers(leaf, str(name))]
     if missing:
         problems.append(
-            f"{host}: vllm_service_tls_certificate: its subject alternative names do not cover {', '.join(missing)}"
+            f"{host}: {cert_name}: its subject alternative names do not cover {', '.join(missing)}"
             " (the load balancers check the host's name, the monitoring hosts the address they scrape); fix: give a"
             " certificate naming " + ", ".join(("IP:" if is_ip(name) else "DNS:") + name for name in missing) + "."
         )

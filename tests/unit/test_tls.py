@@ -149,3 +149,67 @@ def test_an_encrypted_key_is_refused(pki):
     )
     problems = check(pki, key=encrypted)
     assert len(problems) == 1 and "without a passphrase" in problems[0]
+
+
+# ---------------------------------------------------------------------------------- the load balancer's (issue 44)
+
+
+def lb(pki, certificate=None, key=None, ca=""):
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_loadbalancer import loadbalancer
+
+    v = {
+        "loadbalancer_tls_certificate": (
+            certificate if isinstance(certificate, str) else pem(certificate or pki["leaf"])
+        ),
+        "loadbalancer_tls_key": key if isinstance(key, str) else key_pem(key or pki["key"]),
+        "loadbalancer_tls_ca_certificate": ca if isinstance(ca, str) else pem(ca),
+    }
+    return loadbalancer("lb-1", v)
+
+
+def test_the_load_balancers_good_certificate_passes_with_and_without_its_ca(pki):
+    assert lb(pki) == []
+    assert lb(pki, ca=pki["ca"]) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (
+            {"certificate": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----"},
+            "lb-1: loadbalancer_tls_certificate or loadbalancer_tls_ca_certificate: unreadable",
+        ),
+        ({"certificate": "{cert}\ntrailing words"}, "lb-1: loadbalancer_tls_certificate: is not PEM certificates only"),
+        ({"key": "other"}, "lb-1: loadbalancer_tls_key: is not the key of loadbalancer_tls_certificate (HAProxy"),
+        ({"key": "{cert}"}, "lb-1: loadbalancer_tls_key: is not one unencrypted PEM private key"),
+        ({"certificate": "expired"}, "lb-1: loadbalancer_tls_certificate: expires"),
+        ({"certificate": "client"}, "lb-1: loadbalancer_tls_certificate: its extended key usage has no serverAuth"),
+        ({"ca": "rogue"}, "lb-1: loadbalancer_tls_certificate: is not signed by loadbalancer_tls_ca_certificate"),
+    ],
+)
+def test_a_load_balancer_certificate_that_is_not_what_it_claims_is_refused(pki, change, said):
+    """The role's own check only searched for a BEGIN line: each of these reached HAProxy."""
+    kwargs = {}
+    for field, value in change.items():
+        if value == "other":
+            value = ec.generate_private_key(ec.SECP256R1())
+        elif value == "expired":
+            value = make("lb-1", pki["ca_key"], pki["key"].public_key(), issuer=pki["ca"], days=(-30, -1))
+        elif value == "client":
+            usage = [ExtendedKeyUsageOID.CLIENT_AUTH]
+            value = make("lb-1", pki["ca_key"], pki["key"].public_key(), issuer=pki["ca"], usage=usage)
+        elif value == "rogue":
+            rogue_key = ec.generate_private_key(ec.SECP256R1())
+            value = make("rogue CA", rogue_key, rogue_key.public_key(), ca=True)
+        elif isinstance(value, str):
+            value = value.replace("{cert}", pem(pki["leaf"]))
+        kwargs[field] = value
+    problems = lb(pki, **kwargs)
+    assert problems and any(p.startswith(said) for p in problems), problems
+    assert all("; fix: " in p for p in problems)
+
+
+def test_no_certificate_is_the_roles_own_check(pki):
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_loadbalancer import loadbalancer
+
+    assert loadbalancer("lb-1", {"loadbalancer_tls_certificate": "", "loadbalancer_tls_key": ""}) == []
