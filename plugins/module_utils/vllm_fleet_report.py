@@ -331,6 +331,17 @@ def _prometheus(monitoring, hostvars):
     return prometheus_figures(answers), source, problem
 
 
+def _scraped(figures, planned):
+    """Prometheus's figures of an instance it scrapes; else why there are none: an instance that answers no scrape
+    (`up` 0) or is no target has no load to show, not a load of 0."""
+    up = (figures or {}).get("up")
+    if up == 0:
+        return {"error": "Prometheus cannot scrape its /metrics (up 0): down, or closed to the monitoring host"}
+    if up is None and planned:
+        return {"error": "not a Prometheus target (the monitoring host's scrape configuration lacks it)"}
+    return figures
+
+
 def _host_class(host_vars, plan, facts):
     cls = _get(host_vars, "monitoring_host_class")
     if cls in (None, ""):
@@ -405,6 +416,8 @@ def build_report(hosts, hostvars, loadbalancers=None, monitoring=None, options=N
                     else match or {"status": "not listed", "sessions": None}
                 )
             figures = prom.get((str(host), name)) if monitoring else sampled.get(name)
+            if monitoring and not prom_problem:
+                figures = _scraped(figures, bool(p))
             since = s.get("active_since") if s else None
             row["instances"].append(
                 {

@@ -280,3 +280,21 @@ def test_benchmark_is_labelled_fleet_wide_with_the_classes(built):
     failed = report.benchmark_summary({"rc": 0, "stdout": '{"levels": [], "error": "HTTP 401 Unauthorized"}'}, [])
     assert failed["problem"] == "HTTP 401 Unauthorized"
     assert report.benchmark_summary(None, []) is None
+
+
+def test_an_instance_prometheus_cannot_scrape_is_said_not_shown_idle():
+    """`up` was queried and thrown away (issue 42): an instance that answers no scrape showed no load, as an idle one
+    does. Now its figures are a problem the report names; an instance that is no target is named too."""
+    hosts, hostvars, lbs, mon, options = fake.fake_fleet(monitoring=True)
+    for item in hostvars["mon-1"]["fleet_report_prometheus"]["results"]:
+        if item["item"]["key"] == "up":
+            for series in item["json"]["data"]["result"]:
+                if series["metric"]["vllm_instance"] == "vllm-1":
+                    series["value"][1] = "0"
+    built = filters.vllm_fleet_report(hosts, hostvars, lbs, mon, options)
+    down = _row(built, "spr-1")["instances"][1]
+    assert down["figures"] is None and "cannot scrape" in down["figures_error"]
+    assert _row(built, "spr-1")["instances"][0]["figures"]["kv_usage"] == 0.42
+    assert "not a Prometheus target" in _row(built, "spr-2")["instances"][0]["figures_error"]
+    for page in (filters.vllm_fleet_report_markdown(built), filters.vllm_fleet_report_html(built)):
+        assert "Prometheus cannot scrape its /metrics (up 0)" in page
