@@ -48,6 +48,7 @@ MONITORING_DURATIONS = {
     "monitoring_alert_group_interval": False,
     "monitoring_alert_repeat_interval": False,
     "monitoring_instance_down_for": True,
+    "monitoring_alert_watchdog_interval": False,
 }
 # The alert thresholds, all above 0, and what to write instead.
 MONITORING_THRESHOLDS = {
@@ -90,13 +91,13 @@ def _http_url(value):
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
-def webhook(host, url, allow_http=False):
+def webhook(host, url, allow_http=False, variable="monitoring_alert_webhook_url"):
     """The receiver Alertmanager posts every alert to. Its URL is never repeated, whole or in part beyond its scheme:
     receivers take their token in the path or query (a chat hook's URL is its secret). https, unless the receiver is
     on this host (loopback) or the inventory opts in; never a link-local address (the cloud's metadata service)."""
     if not url:
         return []
-    name = f"{host}: monitoring_alert_webhook_url"
+    name = f"{host}: {variable}"
     if not _http_url(url):
         return [
             f"{name}: is no http or https URL with a host (the value is not shown: a webhook URL may carry its token);"
@@ -150,7 +151,9 @@ def monitoring(host, v, monitoring_host=True, loadbalancer=False):
                 f"{host}: monitoring_prometheus_retention_size: is {size!r}, not a size Prometheus reads; fix: 0 (no"
                 " size limit) or a whole number with a unit B, KB, MB, GB, TB, PB or EB, such as 10GB or 512MB."
             )
-        problems += webhook(host, v.get("monitoring_alert_webhook_url"), v.get("monitoring_alert_webhook_allow_http"))
+        allow_http = v.get("monitoring_alert_webhook_allow_http")
+        problems += webhook(host, v.get("monitoring_alert_webhook_url"), allow_http)
+        problems += webhook(host, v.get("monitoring_alert_watchdog_url"), allow_http, "monitoring_alert_watchdog_url")
         for name, wanted in MONITORING_THRESHOLDS.items():
             value = v.get(name)
             if value is None:

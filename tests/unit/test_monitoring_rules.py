@@ -92,7 +92,8 @@ def test_prometheus_templates_survive_jinja():
 def test_every_alert_has_a_severity_and_says_what_to_do():
     for rule in alerts(render()):
         # info: planned work's notice, which Alertmanager's info route sends once per run (test_alertmanager_config).
-        assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule["alert"]
+        # none: the Watchdog, which only its own receiver gets.
+        assert rule["labels"]["severity"] in ("critical", "warning", "info", "none"), rule["alert"]
         assert rule["annotations"]["summary"].strip(), rule["alert"]
         assert rule["annotations"]["description"].strip(), rule["alert"]
 
@@ -113,7 +114,8 @@ def test_every_alert_has_a_firing_and_a_quiet_case():
         for check in case.get("alert_rule_test", []):
             (fires if check.get("exp_alerts") else quiet).add(check["alertname"])
     assert names - fires == set(), "alerts without a case where they fire"
-    assert names - quiet == set(), "alerts without a case where they must not fire"
+    # The dead-man's switch fires always: that it never stops is what its receiver checks.
+    assert names - quiet == {"Watchdog"}, "alerts without a case where they must not fire"
     assert (fires | quiet) - names == set(), "cases for alerts the rules do not have"
 
 
@@ -160,19 +162,23 @@ def test_the_thresholds_follow_the_knobs(tmp_path):
                     {"series": restarts.format("vllm-1"), "values": "0 1 2 3 4 5x15"},
                 ],
                 "promql_expr_test": [
-                    {"expr": 'ALERTS{alertstate="firing"}', "eval_time": "4m", "exp_samples": []},
                     {
-                        "expr": 'ALERTS{alertstate="firing"}',
+                        "expr": 'ALERTS{alertstate="firing", alertname!="Watchdog"}',
+                        "eval_time": "4m",
+                        "exp_samples": [],
+                    },
+                    {
+                        "expr": 'ALERTS{alertstate="firing", alertname!="Watchdog"}',
                         "eval_time": "6m",
                         "exp_samples": firing(down, slow, restarting),
                     },
                     {
-                        "expr": 'ALERTS{alertstate="firing"}',
+                        "expr": 'ALERTS{alertstate="firing", alertname!="Watchdog"}',
                         "eval_time": "9m",
                         "exp_samples": firing(down, slow, restarting),
                     },
                     {
-                        "expr": 'ALERTS{alertstate="firing"}',
+                        "expr": 'ALERTS{alertstate="firing", alertname!="Watchdog"}',
                         "eval_time": "11m",
                         "exp_samples": firing(down, drained, slow, restarting),
                     },
@@ -209,12 +215,18 @@ def render_alertmanager(**overrides):
     return env.from_string(ALERTMANAGER.read_text()).render(ansible_managed="Ansible managed", **knobs(**overrides))
 
 
-@pytest.mark.parametrize("webhook", ["", "https://alerts.example.com/hook"])
-def test_alertmanager_config_passes_amtool(tmp_path, webhook):
+@pytest.mark.parametrize(
+    ("webhook", "watchdog"), [("", ""), ("https://alerts.example.com/hook", "https://deadman.example.com/ping/x")]
+)
+def test_alertmanager_config_passes_amtool(tmp_path, webhook, watchdog):
     amtool = shutil.which("amtool")
     assert amtool, "amtool is not on PATH: run scripts/bootstrap.sh and put .cache/tools/bin on PATH"
     path = tmp_path / "alertmanager.yml"
-    path.write_text(render_alertmanager(monitoring_alert_webhook_url=webhook))
+    text = render_alertmanager(monitoring_alert_webhook_url=webhook, monitoring_alert_watchdog_url=watchdog)
+    if watchdog:
+        receivers = {r["name"]: r for r in yaml.safe_load(text)["receivers"]}
+        assert receivers["watchdog"]["webhook_configs"][0]["url"] == watchdog
+    path.write_text(text)
     done = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -224,8 +236,11 @@ def test_alertmanager_sends_planned_works_notice_once_per_run_and_groups_the_res
     by alert and host class (not one notification per host), and a critical alert of an instance holds its warnings."""
     config = yaml.safe_load(render_alertmanager(monitoring_alert_webhook_url="https://alerts.example.com/hook"))
     assert config["route"]["group_by"] == ["alertname", "host_class"]
-    (info,) = config["route"]["routes"]
+    watchdog, info = config["route"]["routes"]
     assert info["matchers"] == ['severity="info"'] and info["group_by"] == ["alertname", "run"]
+    assert watchdog["matchers"] == ['alertname="Watchdog"'] and watchdog["receiver"] == "watchdog"
+    assert [r["name"] for r in config["receivers"]] == ["fleet", "watchdog"]
+    assert "webhook_configs" not in config["receivers"][1]  # no dead-man receiver set: nothing is posted
     for rule in alerts(render()):
         if rule["labels"]["severity"] == "info":
             assert "run" in rule["expr"], f"{rule['alert']}: an info alert is grouped by run"
