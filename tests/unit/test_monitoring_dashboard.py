@@ -29,33 +29,60 @@ CONSOLE = CONSOLES / "vllm-fleet.html"
 RULES = ROOT / "roles/monitoring/templates/vllm-fleet.rules.yml.j2"
 DEFAULTS = ROOT / "roles/monitoring/defaults/main.yml"
 
-# The metric contract: vLLM's own, HAProxy's and the node exporter's series the fleet relies on,
-# and the state timer's textfile series (roles/vllm_service/files/vllm_fleet_state.py).
-CONTRACT = {
-    "up",
-    "ALERTS",
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:request_success_total",
-    "vllm:time_to_first_token_seconds_bucket",
-    "vllm:inter_token_latency_seconds_bucket",
-    "vllm:e2e_request_latency_seconds_bucket",
-    "haproxy_server_status",
-    "haproxy_server_current_sessions",
-    "node_cpu_seconds_total",
-    "vllm_fleet_instance_info",
-    "vllm_fleet_instance_active",
-    "vllm_fleet_instance_restarts_total",
-    "vllm_fleet_firewall_table_present",
-    "vllm_fleet_converged_record_present",
-    "vllm_fleet_converged_record_info",
-    "vllm_fleet_converged_record_timestamp_seconds",
-    "vllm_fleet_state_timestamp_seconds",
-    "vllm_fleet_cpu_numa_node",
+# The metric contract: what the programs the fleet runs export, read from /metrics recorded from the real
+# programs (tests/fixtures/metrics/README.md says how), the state timer's textfile series (its own exposition of a
+# full state), the recording rules' outputs and what Prometheus makes itself. A renamed metric is in no recording.
+METRICS = ROOT / "tests/fixtures/metrics"
+RECORDINGS = {
+    "vllm": ["vllm-0.32.0.prom"],
+    "haproxy": ["haproxy-2.6.12.prom", "haproxy-3.0.11.prom"],
+    "node": ["node-exporter-1.5.0.prom", "node-exporter-1.9.0.prom"],
+    "prometheus": ["prometheus-2.42.0.prom"],
+    "alertmanager": ["alertmanager-0.25.0.prom"],
 }
+# Prometheus's own series (synthetic: in no /metrics).
+PROMETHEUS_OWN = {"up", "ALERTS", "ALERTS_FOR_STATE"}
+# vLLM's V0 engine named its KV cache gauge otherwise (vllm/engine/metrics.py, releases of the table before the V1
+# engine); no release of that era runs here, so these come from its source, and only the report's fallback reads them.
+OLDER_VLLM = {"vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"}
+
+
+def exposition_names(text):
+    """The sample names of Prometheus text exposition (a histogram's _bucket, _sum and _count among them)."""
+    return {m[1] for m in re.finditer(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{|\s)", text, re.M)}
+
+
+def exported(job):
+    """What every recorded release of a job's program exports (the fleet runs Debian 12's and 13's alike)."""
+    found = [exposition_names((METRICS / name).read_text()) for name in RECORDINGS[job]]
+    return set.intersection(*found)
+
+
+def state_names():
+    """The state timer's series: its exposition of a state with every family present."""
+    import importlib.util
+
+    path = ROOT / "roles/vllm_service/files/vllm_fleet_state.py"
+    spec = importlib.util.spec_from_file_location("vllm_fleet_state_names", path)
+    state = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(state)
+    full = {
+        "time": 1,
+        "instances": [{"name": "vllm-0", "active": "active", "restarts": 0, "version": "0.32.0", "venv": "/v"}],
+        "firewall": {"expected": True, "present": True},
+        "converged": {"present": True, "inputs_digest": "d", "time": 1},
+        "cpu_nodes": {"0": "0"},
+        "run_lock": {"present": True, "held": True, "run": "r", "lease_end": 2},
+        "rollout": {"present": True, "phase": "drain", "time": 1},
+    }
+    return exposition_names(state.exposition(full))
+
+
+def contract():
+    return set().union(*(exported(job) for job in RECORDINGS)) | state_names() | PROMETHEUS_OWN | OLDER_VLLM
+
+
+CONTRACT = contract()
 
 # Grafana's variables, replaced by values valid where they stand.
 GRAFANA_VARIABLES = {
@@ -118,6 +145,18 @@ def check_expressions(tmp_path, exprs):
 def unknown_names(exprs):
     known = CONTRACT | recorded_names()
     return {e: sorted(metric_names(e) - known) for e in exprs if metric_names(e) - known}
+
+
+def misplaced_names(exprs):
+    """Names selected with a job their program does not export: {expr: [(name, job)]} (the node job carries the
+    state timer's textfile series too)."""
+    found = {}
+    for expr in exprs:
+        for name, job in re.findall(r'([A-Za-z_:][A-Za-z0-9_:]*)\{[^}]*\bjob="([a-z]+)"', expr):
+            known = exported(job) | (state_names() if job == "node" else set()) if job in RECORDINGS else set()
+            if name not in known | PROMETHEUS_OWN | OLDER_VLLM:
+                found.setdefault(expr, []).append((name, job))
+    return found
 
 
 # ---- the metric-name reader itself ----
@@ -411,3 +450,56 @@ def test_the_console_page_renders_a_fleet(tmp_path):
     assert hosts["h1"][3:5] == ["loaded", "present"] and hosts["h2"][3] == "missing"
     assert hosts["lb1"][3:] == ["-", "-", "-"]
     assert re.fullmatch(r"node 0: \d+% node 1: \d+%", hosts["h1"][5]), hosts["h1"][5]
+
+
+# ---- every name the monitoring reads, against the recordings (issue 42) ----
+
+
+def rule_expressions():
+    return [rule["expr"] for group in yaml.safe_load(rendered_rules())["groups"] for rule in group["rules"]]
+
+
+def report_expressions():
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_fleet_report as report
+
+    names = [name for names in (*report.COUNTERS.values(), *report.GAUGES.values()) for name in names]
+    return list(report.prometheus_queries().values()) + names
+
+
+@pytest.mark.parametrize(
+    "where", ["rules", "dashboard", "console", "report"], ids=["rules", "dashboard", "console", "report"]
+)
+def test_every_name_the_monitoring_reads_is_exported_by_the_job_it_names(where):
+    exprs = {
+        "rules": rule_expressions,
+        "dashboard": dashboard_expressions,
+        "console": console_expressions,
+        "report": report_expressions,
+    }[where]()
+    assert exprs
+    assert unknown_names(exprs) == {}
+    assert misplaced_names(exprs) == {}
+
+
+def test_a_renamed_or_misplaced_metric_is_caught():
+    """The negative control: what a rename in every file at once (the hand list let 22 of 22 tests pass) looks like."""
+    assert unknown_names(["sum(vllm:num_requests_queued{job='vllm'})"]) == {
+        "sum(vllm:num_requests_queued{job='vllm'})": ["vllm:num_requests_queued"]
+    }
+    assert unknown_names(['haproxy_server_state{job="haproxy"}'])
+    assert misplaced_names(['haproxy_server_status{job="node"} == 1']) == {
+        'haproxy_server_status{job="node"} == 1': [("haproxy_server_status", "node")]
+    }
+    # A name one Debian release's program lacks is not exported (both are run by the fleet).
+    only_3 = exposition_names((METRICS / "haproxy-3.0.11.prom").read_text()) - exported("haproxy")
+    for name in sorted(only_3)[:3]:
+        assert misplaced_names([f'{name}{{job="haproxy"}}'])
+
+
+def test_every_recording_is_described():
+    """Each recording's program and version, and how it was made, are in the fixtures' README."""
+    readme = (METRICS / "README.md").read_text()
+    for files in RECORDINGS.values():
+        for name in files:
+            assert (METRICS / name).stat().st_size > 1000, name
+            assert name in readme, f"{name} is not described in {METRICS / 'README.md'}"
