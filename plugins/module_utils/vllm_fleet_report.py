@@ -49,7 +49,28 @@ def prometheus_queries(window="2m"):
         "running": f"sum {by} ({GAUGES['running'][0]})",
         "waiting": f"sum {by} ({GAUGES['waiting'][0]})",
         "up": f'max {by} (up{{job="vllm"}})',
+        # What fires now (not per instance: read apart by firing_alerts()); the Watchdog always does.
+        "alerts": 'ALERTS{alertstate="firing", severity!="none"}',
     }
+
+
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def firing_alerts(answer):
+    """[{alert, severity, where}] of the ALERTS answer, the most severe first, then by name and where."""
+    if not isinstance(answer, dict) or answer.get("status") != "success":
+        return []
+    found = []
+    for series in (answer.get("data") or {}).get("result") or []:
+        labels = series.get("metric") or {}
+        where = " ".join(
+            str(labels[key]) for key in ("host", "vllm_instance", "proxy", "server", "run") if labels.get(key)
+        )
+        found.append(
+            {"alert": str(labels.get("alertname", "?")), "severity": str(labels.get("severity", "")), "where": where}
+        )
+    return sorted(found, key=lambda a: (_SEVERITY_ORDER.get(a["severity"], 3), a["alert"], a["where"]))
 
 
 # ---------------------------------------------------------------- Prometheus text exposition
@@ -309,17 +330,18 @@ def _lb_views(loadbalancers, hostvars):
 
 
 def _prometheus(monitoring, hostvars):
-    """(figures by (host, instance), source text, problem) from the monitoring host's registered queries."""
+    """(figures by (host, instance), source text, problem, firing alerts or None) from the monitoring host's
+    registered queries."""
     if not monitoring:
-        return {}, "", ""
+        return {}, "", "", None
     mon = monitoring[0]
     result = _get(_get(hostvars, mon, {}), "fleet_report_prometheus")
     address = _get(_get(hostvars, mon, {}), "fleet_report_prometheus_asked", "")
     source = f"Prometheus on {mon}" + (f" ({address})" if address else "")
     if not isinstance(result, dict) or not result:
-        return {}, source, f"Prometheus on {mon} not asked (host not in this run's play, or it failed earlier)"
+        return {}, source, f"Prometheus on {mon} not asked (host not in this run's play, or it failed earlier)", None
     if result.get("unreachable"):
-        return {}, source, f"{mon} unreachable: {str(result.get('msg') or '')[:200]}"
+        return {}, source, f"{mon} unreachable: {str(result.get('msg') or '')[:200]}", None
     answers, failures = {}, []
     for item in result.get("results") or []:
         figure = (item.get("item") or {}).get("key")
@@ -328,7 +350,8 @@ def _prometheus(monitoring, hostvars):
             continue
         answers[figure] = item["json"]
     problem = f"Prometheus queries failed: {'; '.join(failures)}" if failures else ""
-    return prometheus_figures(answers), source, problem
+    alerts = firing_alerts(answers.pop("alerts")) if "alerts" in answers else None
+    return prometheus_figures(answers), source, problem, alerts
 
 
 def _scraped(figures, planned):
@@ -356,7 +379,7 @@ def build_report(hosts, hostvars, loadbalancers=None, monitoring=None, options=N
     loadbalancers = list(loadbalancers or [])
     monitoring = list(monitoring or [])
     lb_views = _lb_views(loadbalancers, hostvars)
-    prom, prom_source, prom_problem = _prometheus(monitoring, hostvars)
+    prom, prom_source, prom_problem, alerts = _prometheus(monitoring, hostvars)
     script = options.get("state_script") or "the state reader"
     rows = []
     for host in sorted(hosts or [], key=str):
@@ -472,6 +495,8 @@ def build_report(hosts, hostvars, loadbalancers=None, monitoring=None, options=N
         "classes": class_summary(rows),
         "benchmark": benchmark_summary(options.get("benchmark"), rows),
         "notes": notes,
+        # None: not asked (no monitoring host, or its answer failed); []: none firing.
+        "alerts": alerts,
     }
 
 
@@ -586,6 +611,10 @@ def render_markdown(report):
     ]
     for note in report["notes"]:
         out += [f"> {_md(note)}", ""]
+    if report.get("alerts") is not None:
+        out += ["## Firing alerts", ""]
+        out += [f"- {_md(a['severity'])} {_md(a['alert'])}: {_md(a['where'] or 'the fleet')}" for a in report["alerts"]]
+        out += ([] if report["alerts"] else ["- none"]) + [""]
     out += [
         "## Hosts and plans",
         "",
@@ -847,6 +876,18 @@ def render_html(report):
         + f". Figures: {e(report['figures_source'])}.</p>",
     ]
     out += [f'<p class="problem">{e(note)}</p>' for note in report["notes"]]
+    if report.get("alerts") is not None:
+        out.append("<h2>Firing alerts</h2>")
+        if report["alerts"]:
+            out.append("<ul>")
+            out += [
+                f'<li class="{"bad" if a["severity"] == "critical" else "problem"}">{e(a["severity"])}'
+                f" <b>{e(a['alert'])}</b>: {e(a['where'] or 'the fleet')}</li>"
+                for a in report["alerts"]
+            ]
+            out.append("</ul>")
+        else:
+            out.append('<p class="ok">None.</p>')
     # Charts first: what the fleet serves per host class.
     out.append("<h2>By host class</h2>")
     out.append(

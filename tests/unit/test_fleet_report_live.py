@@ -298,3 +298,38 @@ def test_an_instance_prometheus_cannot_scrape_is_said_not_shown_idle():
     assert "not a Prometheus target" in _row(built, "spr-2")["instances"][0]["figures_error"]
     for page in (filters.vllm_fleet_report_markdown(built), filters.vllm_fleet_report_html(built)):
         assert "Prometheus cannot scrape its /metrics (up 0)" in page
+
+
+def test_the_report_lists_what_fires_most_severe_first():
+    """Issue 42: the report showed no firing alerts. ALERTS is asked with the figures and read apart (not as an
+    instance's figure); the Watchdog (severity none) is left out by the query."""
+    hosts, hostvars, lbs, mon, options = fake.fake_fleet(monitoring=True)
+    firing = [
+        {"alertname": "VllmKvCacheFull", "severity": "warning", "host": "spr-1", "vllm_instance": "vllm-1"},
+        {"alertname": "VllmLoadBalancerNoServerUp", "severity": "critical", "host": "lb-1", "proxy": "vllm"},
+        {"alertname": "VllmFleetRunInProgress", "severity": "info", "run": "r1"},
+    ]
+    answer = {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": m, "value": [1, "1"]} for m in firing]},
+    }
+    hostvars["mon-1"]["fleet_report_prometheus"]["results"].append(
+        {"item": {"key": "alerts", "value": "..."}, "status": 200, "json": answer, "failed": False}
+    )
+    built = filters.vllm_fleet_report(hosts, hostvars, lbs, mon, options)
+    assert [(a["severity"], a["alert"], a["where"]) for a in built["alerts"]] == [
+        ("critical", "VllmLoadBalancerNoServerUp", "lb-1 vllm"),
+        ("warning", "VllmKvCacheFull", "spr-1 vllm-1"),
+        ("info", "VllmFleetRunInProgress", "r1"),
+    ]
+    assert "alerts" not in (_row(built, "spr-1")["instances"][1]["figures"] or {})
+    markdown, html = filters.vllm_fleet_report_markdown(built), filters.vllm_fleet_report_html(built)
+    assert "- critical VllmLoadBalancerNoServerUp: lb-1 vllm" in markdown
+    assert "<b>VllmLoadBalancerNoServerUp</b>: lb-1 vllm" in html
+    assert 'severity!="none"' in filters.vllm_fleet_report_queries()["alerts"]
+    # None firing says so; no monitoring host, no section.
+    answer["data"]["result"] = []
+    assert "## Firing alerts\n\n- none" in filters.vllm_fleet_report_markdown(
+        filters.vllm_fleet_report(hosts, hostvars, lbs, mon, options)
+    )
+    assert "Firing alerts" not in filters.vllm_fleet_report_markdown(filters.vllm_fleet_report(*fake.fake_fleet()))
