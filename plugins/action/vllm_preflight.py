@@ -15,6 +15,7 @@ from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
 from ansible.template import is_trusted_as_template, trust_as_template
 from ansible.utils.display import Display
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_converged
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_releases as releases
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, plan
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
@@ -382,6 +383,14 @@ class ActionModule(ActionBase):
         _unused, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
         if args["fleet_only"]:
             result.update(changed=False, fleet=self._fleet(task_vars))
+            # The inventory's release rows are the fleet's: a known release they replace is said once per run.
+            if task_vars.get(releases.OVERRIDES_VARIABLE):
+                try:
+                    overrides = self._templar.template(task_vars[releases.OVERRIDES_VARIABLE])
+                except AnsibleError:
+                    overrides = None  # each host's checks name what does not render
+                for warning in releases.replaced_row_warnings(overrides):
+                    display.warning(warning)
             return result
         roles = [SECTION_ROLES[name] for name in SECTIONS]
         merged = self._variables(task_vars, roles)

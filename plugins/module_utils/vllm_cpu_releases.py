@@ -439,6 +439,32 @@ def table(overrides=None):
     return merged
 
 
+def replaced_row_warnings(overrides):
+    """What an override of a release the table knows changes (a row replaces the whole built-in row): one warning per
+    such row naming the fields it changes, so that a row copied for another release, or left from an older table,
+    does not silently move a known release's tag, torch or flags. A row for a release the table lacks: nothing."""
+    said = []
+    for version_key, row in (overrides if isinstance(overrides, dict) else {}).items():
+        version = _strip_v(version_key)
+        built_in = RELEASES.get(version)
+        if built_in is None or not isinstance(row, dict):
+            continue
+        fields = set(row) - {"version"}
+        changed = sorted(name for name in fields if built_in.get(name, ROW_OPTIONAL.get(name)) != row[name])
+        dropped = sorted(set(built_in) - set(row) - set(ROW_OPTIONAL) - {"version"})
+        if changed or dropped:
+            what = ", ".join(
+                ([f"changes {', '.join(changed)}"] if changed else [])
+                + ([f"leaves out {', '.join(dropped)}"] if dropped else [])
+            )
+            said.append(
+                f"{OVERRIDES_VARIABLE}: {version} replaces the table's row of a release it knows and {what}: the"
+                " plans, builds and installs of that release follow the override. If that is meant (a patched tag, a"
+                " newer torch), nothing to do; else remove the row."
+            )
+    return said
+
+
 @contextlib.contextmanager
 def release_overrides(overrides):
     """Within the block, every lookup here also sees ``overrides`` (for callers that cannot pass them)."""

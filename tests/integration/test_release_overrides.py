@@ -207,3 +207,15 @@ def test_roles_and_playbooks_read_the_table_only_through_the_overrides():
             continue
         text = path.read_text()
         assert "vllm_cpu_releases.json" not in text and "RELEASES" not in text, path
+
+
+def test_an_override_that_changes_a_known_release_is_said_once(tmp_path, machine_root, controller_inputs):  # noqa: F811
+    """Issue 44: a row replacing a built-in one with other values passed without a word. Said once per run (the
+    preflight play's run_once fleet task), not once per host."""
+    known = {k: v for k, v in RELEASES["0.32.0"].items() if k not in ("prebuilt", "gcc_workarounds", "wheel_only")}
+    overrides = {"0.32.0": dict(known, torch_version="2.99.0")}
+    hosts = {name: {"vllm_release_overrides": overrides} for name in ("known-1", "known-2", "known-3")}
+    result = run_preflight(tmp_path, machine_root, controller_inputs, hosts)
+    output = result.stdout + result.stderr  # Ansible's warnings go to stderr
+    said = "vllm_release_overrides: 0.32.0 replaces the table's row of a release it knows and changes torch_version"
+    assert re.sub(r"\s+", " ", output).count(said) == 1, output

@@ -546,3 +546,25 @@ def _code_outside_the_row_format():
 def test_every_key_of_the_row_is_read_by_code(key):
     code = _code_outside_the_row_format()
     assert re.search(rf"""\[["']{key}["']\]|\.{key}\b""", code), f"no code reads the release table's {key}"
+
+
+def test_an_override_of_a_known_release_that_changes_it_is_said():
+    """Issue 44: a row that replaces a built-in one with other values was accepted without a word."""
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+        RELEASES,
+        ROW_OPTIONAL,
+        replaced_row_warnings,
+    )
+
+    same = {k: v for k, v in RELEASES["0.32.0"].items() if k not in ROW_OPTIONAL}
+    assert replaced_row_warnings({"0.32.0": same}) == []  # the probe's row of a known release, as the table has it
+    assert replaced_row_warnings({"v0.32.0": dict(same, torch_version="2.99.0")}) == [
+        "vllm_release_overrides: 0.32.0 replaces the table's row of a release it knows and changes torch_version: the"
+        " plans, builds and installs of that release follow the override. If that is meant (a patched tag, a newer"
+        " torch), nothing to do; else remove the row."
+    ]
+    (said,) = replaced_row_warnings({"0.32.0": {k: v for k, v in same.items() if k != "git_tag"}})
+    assert "leaves out git_tag" in said
+    newer = dict(same, version="9.9.9")
+    assert replaced_row_warnings({"9.9.9": newer}) == []  # a release the table lacks: the override is the row
+    assert replaced_row_warnings(None) == [] and replaced_row_warnings({"0.32.0": "x"}) == []
