@@ -302,6 +302,15 @@ def versions(host, v):
     problems, known = [], True
     wanted = v.get("vllm_version")
     canonical_wanted = None
+    if isinstance(wanted, (int, float)) and not isinstance(wanted, bool):
+        # An unquoted 0.32 in YAML: a number, which the roles' versions that follow it render as "0.32".
+        known = False
+        problems.append(
+            f"{host}: vllm_version: is the number {wanted!r} (YAML reads an unquoted version with one dot as a"
+            " number, and 0.30 as 0.3); fix: quote the whole release as the table names it, such as"
+            ' vllm_version: "0.32.0".'
+        )
+        wanted = str(wanted)
     for name in ("vllm_version", *ROLE_VERSIONS):
         value = v.get(name)
         if not isinstance(value, str) or not value or (name != "vllm_version" and value == wanted):

@@ -245,6 +245,11 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
             ["vllm_install_keep_versions: is 0, outside its range; fix: set it at least 1"],
         ),
         "v-version": ({"vllm_version": "v0.32.0"}, ["v-version: vllm_version: is 'v0.32.0'", "fix: write 0.32.0"]),
+        # An unquoted 0.32 is a YAML number: named as the variable written, not as vllm_install_version (issue 44).
+        "float-version": (
+            {"vllm_version": 0.32},
+            ["float-version: vllm_version: is the number 0.32", 'fix: quote the whole release'],
+        ),
         # A line break would add a directive of its own to the unit file.
         "line-break": (
             {"vllm_service_home": "/var/lib/vllm\nExecStartPre=/bin/true"},

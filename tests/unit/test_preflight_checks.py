@@ -1616,3 +1616,16 @@ def test_two_owned_directories_of_one_host_may_not_overlap(changes, expected):
     assert checks.owned_overlaps("h", owned) == []
     (problem,) = checks.owned_overlaps("h", {**owned, **changes})
     assert problem.startswith(expected), problem
+
+
+@pytest.mark.parametrize("number", [0.32, 0.3, 1])
+def test_a_vllm_version_yaml_read_as_a_number_names_vllm_version(number):
+    """Issue 44: `vllm_version: 0.32` was refused naming vllm_install_version, which follows it, as an unknown
+    release '0.32'; the variable the user wrote is named, with the quoting that fixes it."""
+    v = {"vllm_version": number, **{name: str(number) for name in checks.ROLE_VERSIONS}}
+    problems, known = checks.versions("h", v)
+    assert known is False
+    assert problems == [
+        f"h: vllm_version: is the number {number!r} (YAML reads an unquoted version with one dot as a number, and 0.30"
+        ' as 0.3); fix: quote the whole release as the table names it, such as vllm_version: "0.32.0".'
+    ]
