@@ -8,7 +8,11 @@ bash scripts/bootstrap.sh
 bash scripts/build-images.sh
 export PATH="$repo/.venv/bin:$repo/.cache/tools/bin:$PATH"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step and each Molecule phase carries the wall clock and the seconds since the start, so that a
+# run's log says where its time went (the CI budget is 75 minutes).
+step() { printf '\n==> [%s, %d s in] %s\n' "$(date -u +%T)" "$SECONDS" "$*"; }
+stamp_phases() { awk -v start="$(date +%s)" -v base="$SECONDS" \
+  '/(Executing|Executed)/ && /➜/ { printf "[%s, %d s in] ", strftime("%H:%M:%S", systime(), 1), base + systime() - start } { print; fflush() }'; }
 
 step "yamllint"
 yamllint --strict .
@@ -42,5 +46,6 @@ step "pytest (integration)"
 pytest -q -n auto --dist loadfile tests/integration
 for scenario in ${MOLECULE_SCENARIOS:-toolchain build_standin loadbalancer serve}; do
   step "molecule test -s $scenario"
-  molecule test -s "$scenario"
+  molecule test -s "$scenario" 2>&1 | stamp_phases
 done
+step "done"
