@@ -43,7 +43,7 @@ git ls-files -co --exclude-standard -z | tar -c --null -T - -f - | tar -x -C "$u
 step "pytest (integration)"
 # One worker per CPU, each test file on one worker (its module fixtures run once): 11 min serial, 7 min 40 s
 # on 2 cores (2026-12-02).
-pytest -q -n auto --dist loadfile tests/integration
+pytest -q -n auto --dist loadfile --durations=25 tests/integration
 for scenario in ${MOLECULE_SCENARIOS:-toolchain build_standin loadbalancer serve}; do
   step "molecule test -s $scenario"
   molecule test -s "$scenario" 2>&1 | stamp_phases

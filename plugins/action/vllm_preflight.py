@@ -555,6 +555,10 @@ class ActionModule(ActionBase):
                 "recorded": recorded,
                 "full_converge": v["vllm_fleet_full_converge"],
                 "record": v["vllm_fleet_converged_record"],
+                # What a monitoring host reads of this host beyond its own digest: its exporters' knobs and the
+                # address it is scraped at (module_utils/vllm_converged.py, decide_fleet).
+                "watch": self._watch_digest(host, v, merged, templar) if "monitoring" in sections else None,
+                "monitors": host in task_vars.get("groups", {}).get(v["monitoring_group"], []),
                 # A container host needs its builder too: the image is made there.
                 "installs_wheel": "service" in sections
                 and (v["vllm_install_source"] == "wheel" or v["vllm_service_mode"] == "container"),
@@ -640,6 +644,21 @@ class ActionModule(ActionBase):
         )
 
     @staticmethod
+    def _watch_digest(host, v, merged, templar):
+        """The digest of what a monitoring host's files say of this host besides its own digest: the exporters' and
+        monitoring knobs as this host's variables give them (left out of its own digest, so that a new retention
+        time converges the monitoring hosts only) and the address Prometheus scrapes it at."""
+        name = v.get("monitoring_target_address_var") or "ansible_host"
+        try:
+            address = _render(templar, merged, merged[name]) if name in merged else host
+        except AnsibleError:  # an address from facts not gathered yet: the monitoring host converges (None)
+            address = None
+        options = _options("monitoring")
+        return vllm_converged.digest(
+            {"options": {key: value for key, value in v.items() if key in options}, "address": str(address)}
+        )
+
+    @staticmethod
     def _peers(host, sections, v, groups):
         """The hosts whose own inputs this host's files depend on: its load balancers (their addresses in the
         firewall) and builders (the wheel) for a vLLM host, the backends for a load balancer, and the monitoring
@@ -655,6 +674,11 @@ class ActionModule(ActionBase):
         # converges them.
         if {"service", "loadbalancer"} & set(sections):
             peers += groups.get(v["monitoring_group"], [])
+        # A monitoring host's files (scrape targets, rules, the instances' CA) come from every host it watches:
+        # the exporters run on the vLLM hosts, the load balancers and the monitoring hosts.
+        if host in groups.get(v["monitoring_group"], []):
+            peers += groups.get(v["loadbalancer_backend_group"], []) + groups.get("vllm_hosts", [])
+            peers += groups.get("loadbalancers", []) + groups.get(v["monitoring_group"], [])
         return sorted(set(peers) - {host})
 
     @staticmethod

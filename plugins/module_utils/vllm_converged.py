@@ -101,18 +101,39 @@ def decide_fleet(inputs_by_host, builders=()):
     """Every host's decision at once: {host: decide(...)}.
 
     inputs_by_host: {host: its vllm_fleet_converged_inputs} for the hosts of this run; a peer missing from it is
-    outside the run (--limit). A builder changes while any changing host installs the wheels builders make.
+    outside the run (--limit). A monitoring host (monitors) is decided on own and watch digests together. A builder
+    changes while any changing host installs the wheels builders make.
     """
     own = {host: inputs["own"] for host, inputs in inputs_by_host.items()}
-    decisions = {
-        host: decide(
-            inputs["own"],
-            {peer: own.get(peer) for peer in inputs["peers"]},
-            inputs.get("recorded"),
-            bool(inputs.get("full_converge")),
-        )
-        for host, inputs in sorted(inputs_by_host.items())
-    }
+    decisions = {}
+    for host, inputs in inputs_by_host.items():
+        if not inputs.get("monitors"):
+            decisions[host] = decide(
+                inputs["own"],
+                {peer: own.get(peer) for peer in inputs["peers"]},
+                inputs.get("recorded"),
+                bool(inputs.get("full_converge")),
+            )
+
+    def watched(peer):
+        """What a monitoring host's files hold of a host: its whole decided inputs (the fleet_inputs label that
+        VllmFleetDrift compares with the host's record moves with its peers too), its exporters' knobs and scrape
+        address (its watch digest, left out of its own digest: a new exporter knob converges the monitoring hosts
+        alone); None for a host outside this run (its recorded value stands)."""
+        if peer not in inputs_by_host:
+            return None
+        decided = decisions.get(peer, {}).get("inputs") or inputs_by_host[peer]["own"]
+        return digest([decided, inputs_by_host[peer].get("watch")])
+
+    for host, inputs in inputs_by_host.items():
+        if inputs.get("monitors"):
+            decisions[host] = decide(
+                digest([inputs["own"], inputs.get("watch")]),
+                {peer: watched(peer) for peer in inputs["peers"]},
+                inputs.get("recorded"),
+                bool(inputs.get("full_converge")),
+            )
+    decisions = dict(sorted(decisions.items()))
     wheel_hosts = [h for h, d in decisions.items() if not d["converged"] and inputs_by_host[h].get("installs_wheel")]
     if wheel_hosts:
         named = ", ".join(wheel_hosts[:5]) + (f" and {len(wheel_hosts) - 5} more" if len(wheel_hosts) > 5 else "")

@@ -51,7 +51,9 @@ def controller_inputs(tmp_path_factory):
     return {"model": str(model), "artifacts": str(root / "artifacts")}
 
 
-def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancers=None, env=None, monitoring=None):
+def run_preflight(
+    tmp_path, machine_root, controller_inputs, hosts, loadbalancers=None, env=None, monitoring=None, playbook=None
+):
     inventory = tmp_path / "inventory.yml"
     common = {
         "ansible_connection": "local",
@@ -101,7 +103,7 @@ def run_preflight(tmp_path, machine_root, controller_inputs, hosts, loadbalancer
     )
     before = snapshot(tmp_path)
     result = subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-i", str(inventory), "playbooks/preflight.yml"],
+        [ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook or "playbooks/preflight.yml")],
         cwd=REPO,
         env={
             **os.environ,

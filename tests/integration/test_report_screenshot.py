@@ -118,3 +118,28 @@ def test_the_playbooks_report_renders_in_chromium(tmp_path, playbook_report):
     assert classes, "no host class charts"
     check_dom(dom, MACHINE_NAMES, [html.unescape(c) for c in classes])
     assert "vllm_fleet_state.py is missing on the host" in dom
+
+
+def test_a_report_that_differs_only_in_its_time_is_not_rewritten(tmp_path, playbook_report):
+    # A no-op re-run changes nothing (issue 42): the same report an hour later is no change; another report is one.
+    markdown = playbook_report.with_suffix(".md")
+    stamp = re.compile(r", generated \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC")
+    for path in (playbook_report, markdown):
+        text = path.read_text()
+        assert stamp.search(text), f"{path.name} has no time stamp"
+        path.write_text(stamp.sub(", generated 2000-01-01 00:00 UTC", text))
+    markdown.write_text(markdown.read_text() + "\nA line the fleet does not say.\n")
+    inventory = playbook_report.parent.parent / "inventory.yml"
+    again = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", str(inventory), "playbooks/facts.yml"],
+        cwd=REPO,
+        env={**os.environ, "FLEET_REPORT_DIR": str(playbook_report.parent)},
+        capture_output=True,
+        text=True,
+        timeout=600, check=False,
+    )
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "generated 2000-01-01 00:00 UTC" in playbook_report.read_text(), "the same report was written again"
+    assert "generated 2000-01-01" not in markdown.read_text() and "does not say" not in markdown.read_text()
+    assert re.search(r"changed: \[localhost\] => \(item=\S+fleet-report\.md\)", again.stdout), again.stdout[-2000:]
+    assert not re.search(r"changed: \[localhost\] => \(item=\S+fleet-report\.html\)", again.stdout)

@@ -361,3 +361,79 @@ def test_the_own_digest_holds_every_option_but_the_full_converge_switch():
     assert own(facts={**base, "vllm_cpu": {**cpu, "arch": "aarch64"}}) != own()
     # ... the facts' key is not: a reboot or a VM's balloon moves it, and reaches the roles only through the plan.
     assert own(facts={**base, "vllm_cpu_key": "k2", "vllm_cpu": {**cpu, "memory_mib": 2048}}) == own()
+
+
+MON = "7" * 64
+WATCH = {"vllm1": "8" * 64, "lb": "9" * 64, "mon": "6" * 64}
+
+
+def watched_fleet():
+    """fleet_inputs() with a monitoring host that watches vllm1 and lb, each record as the last run wrote it: vllm1
+    and lb have the monitoring host as a peer by its own digest; it has them by their decided inputs and watch
+    digests."""
+    inputs = fleet_inputs()
+    for host in ("vllm1", "lb"):
+        inputs[host]["peers"].append("mon")
+        inputs[host]["recorded"]["inputs"]["peers"]["mon"] = MON
+        inputs[host]["watch"] = WATCH[host]
+    inputs["mon"] = {"own": MON, "watch": WATCH["mon"], "monitors": True, "peers": ["lb", "vllm1"], "recorded": None}
+    inputs["mon"]["recorded"] = {"inputs": decide_fleet(inputs, ["builder"])["mon"]["inputs"], "drift": []}
+    return inputs
+
+
+def test_a_monitoring_host_whose_record_holds_is_skipped_like_every_host():
+    out = decide_fleet(watched_fleet(), ["builder"])
+    assert {host: d["converged"] for host, d in out.items()} == {
+        "builder": True,
+        "lb": True,
+        "mon": True,
+        "vllm1": True,
+    }
+
+
+def test_an_exporter_knob_of_one_host_converges_the_monitoring_host_alone():
+    inputs = watched_fleet()
+    inputs["vllm1"]["watch"] = "5" * 64  # its host_class label, say: its own digest does not move
+    out = decide_fleet(inputs, ["builder"])
+    assert [host for host, d in out.items() if not d["converged"]] == ["mon"]
+    assert out["mon"]["reason"] == "inputs of its peers changed since the last run: vllm1"
+    assert out["mon"]["forget"]
+
+
+def test_a_monitoring_knob_converges_the_monitoring_host_alone():
+    # The monitoring host's own monitoring knobs (a retention time) are in its watch digest, not its own.
+    inputs = watched_fleet()
+    inputs["mon"]["watch"] = "4" * 64
+    out = decide_fleet(inputs, ["builder"])
+    assert [host for host, d in out.items() if not d["converged"]] == ["mon"]
+    assert out["mon"]["reason"] == "its own inputs changed since the last run"
+
+
+def test_a_changed_plan_converges_the_host_and_the_monitoring_host_that_scrapes_it():
+    inputs = watched_fleet()
+    inputs["vllm1"]["own"] = "f" * 64
+    out = decide_fleet(inputs, ["builder"])
+    assert not out["vllm1"]["converged"] and not out["mon"]["converged"]
+    assert out["mon"]["reason"] == "inputs of its peers changed since the last run: lb, vllm1"
+
+
+def test_a_host_whose_peers_moved_moves_its_drift_label_on_the_monitoring_host():
+    # lb changed: vllm1's own digest did not, its recorded inputs (and the fleet_inputs label on its target) do.
+    inputs = watched_fleet()
+    inputs["lb"]["own"] = LB2
+    out = decide_fleet(inputs, ["builder"])
+    assert out["vllm1"]["reason"] == "inputs of its peers changed since the last run: lb"
+    assert out["mon"]["reason"] == "inputs of its peers changed since the last run: lb, vllm1"
+
+
+def test_a_host_that_watches_nothing_is_decided_on_its_own_digest_as_before():
+    inputs = fleet_inputs()
+    inputs["vllm1"]["watch"] = "3" * 64  # watched, but vllm1 is no monitoring host
+    assert decide_fleet(inputs, ["builder"])["vllm1"]["converged"]
+
+
+def test_a_monitoring_host_takes_a_peer_outside_the_run_at_its_recorded_value():
+    inputs = watched_fleet()
+    del inputs["vllm1"]
+    out = decide_fleet(inputs, ["builder"])
+    assert out["mon"]["converged"], out["mon"]

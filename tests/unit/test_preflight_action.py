@@ -199,7 +199,8 @@ def test_the_monitoring_hosts_and_every_host_the_exporters_run_on_get_the_monito
 
 def test_the_monitoring_hosts_are_peers_of_every_vllm_host_and_load_balancer():
     """The instance firewall and HAProxy's exporter admit the monitoring hosts: a converged vLLM host or load
-    balancer is converged again when a monitoring host joins or leaves."""
+    balancer is converged again when a monitoring host joins or leaves. A monitoring host's peers are the hosts it
+    watches (its scrape targets), itself left out."""
     groups = {"vllm_hosts": ["v1"], "loadbalancers": ["lb1"], "builders": [], "monitoring": ["m1"]}
     v = {
         "vllm_service_loadbalancer_group": "loadbalancers",
@@ -210,7 +211,8 @@ def test_the_monitoring_hosts_are_peers_of_every_vllm_host_and_load_balancer():
     peers = action.ActionModule._peers
     assert peers("v1", ["plan", "service"], v, groups) == ["lb1", "m1"]
     assert peers("lb1", ["loadbalancer"], v, groups) == ["m1", "v1"]
-    assert peers("m1", ["monitoring"], v, groups) == []
+    assert peers("m1", ["monitoring"], v, groups) == ["lb1", "v1"]
+    assert peers("m1", ["monitoring"], v, dict(groups, monitoring=["m1", "m2"])) == ["lb1", "m2", "v1"]
     assert peers("v1", ["plan", "service"], v, dict(groups, monitoring=[])) == ["lb1"]
 
 
