@@ -115,21 +115,20 @@ def decide_fleet(inputs_by_host, builders=()):
                 bool(inputs.get("full_converge")),
             )
 
-    def watched(peer):
-        """What a monitoring host's files hold of a host: its whole decided inputs (the fleet_inputs label that
-        VllmFleetDrift compares with the host's record moves with its peers too), its exporters' knobs and scrape
-        address (its watch digest, left out of its own digest: a new exporter knob converges the monitoring hosts
-        alone); None for a host outside this run (its recorded value stands)."""
-        if peer not in inputs_by_host:
-            return None
-        decided = decisions.get(peer, {}).get("inputs") or inputs_by_host[peer]["own"]
-        return digest([decided, inputs_by_host[peer].get("watch")])
-
+    # What a monitoring host's files hold of each host: its whole decided inputs (the fleet_inputs label that
+    # VllmFleetDrift compares with the host's record moves with its peers too; another monitoring host: its own
+    # digest, so that the value does not depend on the order hosts are decided in) and its watch digest (its
+    # monitoring knobs and scrape address, left out of its own digest: such a knob converges the monitoring hosts
+    # alone). A host outside this run has none: its recorded value stands.
+    watched = {
+        host: digest([decisions[host]["inputs"] if host in decisions else inputs["own"], inputs.get("watch")])
+        for host, inputs in inputs_by_host.items()
+    }
     for host, inputs in inputs_by_host.items():
         if inputs.get("monitors"):
             decisions[host] = decide(
                 digest([inputs["own"], inputs.get("watch")]),
-                {peer: watched(peer) for peer in inputs["peers"]},
+                {peer: watched.get(peer) for peer in inputs["peers"]},
                 inputs.get("recorded"),
                 bool(inputs.get("full_converge")),
             )

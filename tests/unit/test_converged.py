@@ -437,3 +437,13 @@ def test_a_monitoring_host_takes_a_peer_outside_the_run_at_its_recorded_value():
     del inputs["vllm1"]
     out = decide_fleet(inputs, ["builder"])
     assert out["mon"]["converged"], out["mon"]
+
+
+def test_two_monitoring_hosts_are_decided_the_same_in_any_order():
+    inputs = watched_fleet()
+    inputs["mon2"] = dict(inputs["mon"], own="2" * 64, peers=["lb", "mon", "vllm1"])
+    inputs["mon"] = dict(inputs["mon"], peers=["lb", "mon2", "vllm1"])
+    forward = decide_fleet(inputs, ["builder"])
+    backward = decide_fleet(dict(reversed(list(inputs.items()))), ["builder"])
+    assert forward == backward
+    assert forward["mon"]["inputs"]["peers"]["mon2"] == digest(["2" * 64, WATCH["mon"]])
