@@ -107,6 +107,39 @@ def test_promtool_unit_tests_pass_with_the_defaults(tmp_path):
     assert "SUCCESS" in out
 
 
+def seconds(duration):
+    """A promtool duration of one unit (30s, 7m, 2h) in seconds."""
+    match = re.fullmatch(r"(\d+)([smh])", str(duration))
+    assert match, f"a duration this test does not read: {duration!r}"
+    return int(match.group(1)) * {"s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def test_every_rule_evaluates_while_each_target_has_its_old_series_beside_the_new(tmp_path):
+    """A run that relabels a target (fleet_inputs, fleet_target_version, a moved port) leaves the old target's series
+    beside the new target's for about a scrape interval. No rule may fail to evaluate then: a failed group is
+    PrometheusRuleEvaluationFailures, a critical page after every planned run. Every case of the unit tests again,
+    each scraped series twice (one with an extra label), checked only for evaluation errors at every step."""
+    write_rules(tmp_path)
+    suite = yaml.safe_load(UNIT_TESTS.read_text())
+    for case in suite["tests"]:
+        doubled = []
+        for series in case.get("input_series", []):
+            doubled.append(series)
+            if "job=" in series["series"]:
+                doubled.append({**series, "series": re.sub(r"\}$", ', relabeled="old"}', series["series"])})
+        case["input_series"] = doubled
+        times = [check["eval_time"] for key in ("alert_rule_test", "promql_expr_test") for check in case.get(key, [])]
+        end = max(times, key=seconds)
+        case.pop("alert_rule_test", None)
+        # promtool evaluates every rule at every step up to the last check's time.
+        every_step = {"expr": "vector(1)", "eval_time": end, "exp_samples": [{"labels": "{}", "value": 1}]}
+        case["promql_expr_test"] = [every_step]
+    tests = tmp_path / "relabeled.test.yml"
+    tests.write_text(yaml.safe_dump(suite, sort_keys=False))
+    code, out = run_promtool("test", "rules", tests)
+    assert code == 0, out
+
+
 def test_every_alert_has_a_firing_and_a_quiet_case():
     names = {rule["alert"] for rule in alerts(render())}
     fires, quiet = set(), set()
