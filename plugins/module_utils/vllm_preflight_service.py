@@ -387,6 +387,89 @@ def _owned_env(host, env, replaced, allowed):
     return problems
 
 
+# What one character of a key costs a guesser who knows only which classes it uses (lower and upper case, digits,
+# the printable symbols), and what a letter of text that reads like words costs (English runs at about 2 bits a
+# letter against a word list: xkcd's four common words are about 44 bits). Text reads like words when two thirds
+# of its letter pairs are among English's 131 most frequent: about four in five pairs of English text are, one in
+# five of random letters (a random key of 24 lower-case letters alone reads so about once in 10,000).
+KEY_CLASSES = ((str.islower, 26), (str.isupper, 26), (str.isdigit, 10))
+KEY_SYMBOLS = 33
+WORD_BITS_PER_LETTER = 2.0
+# Far more than any key needs: the estimate reads no further (its cost grows with the square of the length).
+KEY_READ_CHARACTERS = 512
+COMMON_PAIRS_TEXT = (
+    "th he in er an re on at en nd ti es or te of ed is it al ar st to nt ng se ha as ou io le ve co me de hi ri ro ic"
+    " ne ea ra ce li ch ll be ma si om ur ca el ta la ns di fo ho pe ec pr no ct us ac ot il tr ly nc et ut ss so rs"
+    " un lo wa ge ie wh ee wi em ad ol rt po we na ul ni ts mo ow pa im mi ai sh ir su id os iv ia am fi ci vi pl ig"
+    " tu ev ld ry mp fe bl ab gh ty op wo sa ay ex ke fr oo av"
+)
+COMMON_PAIRS = frozenset(COMMON_PAIRS_TEXT.split())
+# A word's letters: lower case, Capitalized or all upper case (a phrase's words, camelCase split at each capital).
+WORD = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{4,}(?![a-z])")
+
+
+def _class_pool(key):
+    pool = sum(size for test, size in KEY_CLASSES if any(test(c) for c in key if c.isascii()))
+    return pool + (KEY_SYMBOLS if any(not (c.isascii() and c.isalnum()) for c in key) else 0)
+
+
+def _reads_like_words(letters):
+    low = letters.lower()
+    pairs = [low[i : i + 2] for i in range(len(low) - 1)]
+    return sum(pair in COMMON_PAIRS for pair in pairs) * 3 >= len(pairs) * 2
+
+
+def _run_length(key, i):
+    """How far a run goes from i: characters a constant step of at most 2 apart (abc, aaa, 975, aceg)."""
+    if i + 2 >= len(key):
+        return 0
+    step = ord(key[i + 1]) - ord(key[i])
+    if abs(step) > 2:
+        return 0
+    end = i + 1
+    while end + 1 < len(key) and ord(key[end + 1]) - ord(key[end]) == step:
+        end += 1
+    return end - i + 1 if end - i + 1 >= 3 else 0
+
+
+def _repeat_length(key, i):
+    """The longest text of three or more characters from i that also starts earlier in the key."""
+    length = 0
+    while i + length < len(key) and key[i : i + length + 1] in key[: i + length]:
+        length += 1
+    return length if length >= 3 else 0
+
+
+def guess_bits(key):
+    """Bits a guesser needs by a dictionary-free estimate: the key read left to right as runs (a start, a step and a
+    length), repeats of an earlier part (where and how long) and single characters, each drawn from the classes the
+    key uses, or at 2 bits if it is a letter of text that reads like words. An upper bound on no key: it is no word
+    list, so a leet-spelled phrase passes it; it refuses what guessers try first (sequences, repeats, phrases)."""
+    key = key[:KEY_READ_CHARACTERS]
+    char_bits = math.log2(max(_class_pool(key), 2))
+    cost = [char_bits] * len(key)
+    for match in WORD.finditer(key):
+        if _reads_like_words(match.group()):
+            cost[match.start() : match.end()] = [WORD_BITS_PER_LETTER] * len(match.group())
+    bits, i = 0.0, 0
+    while i < len(key):
+        run, repeat = _run_length(key, i), _repeat_length(key, i)
+        # A run or a repeat costs at most what its characters would cost one by one.
+        if run and run >= repeat:
+            bits += min(char_bits + math.log2(run) + 1, sum(cost[i : i + run]))
+            i += run
+        elif repeat:
+            bits += min(math.log2(i) + math.log2(repeat) + 1, sum(cost[i : i + repeat]))
+            i += repeat
+        elif not key[i].isalnum() and key[i] in key[:i]:
+            bits += min(1, cost[i])  # a separator used before (correct-horse-battery): the guesser's first try
+            i += 1
+        else:
+            bits += cost[i]
+            i += 1
+    return bits
+
+
 def key_strength(key):
     """A refusal for an API key that guessing could find (the load balancers answer every guess), or None."""
     counts = Counter(key).values()
@@ -397,6 +480,11 @@ def key_strength(key):
         problem = "repeats a shorter text"
     elif bits < KEY_MIN_BITS:
         problem = f"has less than {KEY_MIN_BITS} bits of entropy by the spread of its characters"
+    elif guess_bits(key) < KEY_MIN_BITS:
+        problem = (
+            f"has less than {KEY_MIN_BITS} bits of entropy counting runs (abc, 975), repeated parts and text that"
+            " reads like words at what guessing them costs"
+        )
     else:
         return None
     return Refusal(

@@ -58,7 +58,7 @@ def test_configure_in_check_mode_plans_the_container_units(tmp_path):
         "vllm_service_served_model_name": "tiny-llama",
         "vllm_service_listen_address": "127.0.0.1",
         "vllm_service_firewall": "none",
-        "vllm_service_api_key": "check-mode-key-0123456789abcdef",
+        "vllm_service_api_key": "check-mode-key-15e26068dea123b6",
         "vllm_service_api_key_previous": "old-key-0123456789abcdef",
     }
     play = {

@@ -22,7 +22,7 @@ ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 MACHINE = "spr-2s-amx"
 MODEL_DIR = "/var/lib/vllm/models/tiny-llama"
 IMAGE = "localhost/vllm-cpu-fleet/vllm:0.32.0-x86_64-amx-0123456789abcdef"
-KEY = "fleet-key-0123456789abcdef"
+KEY = "fleet-key-15e26068dea123b6"
 PREVIOUS = "old-key-0123456789abcdef"
 
 PLAY = """

@@ -118,7 +118,7 @@ def run(tmp, serving=True, record=None, drained=False, dropped=False):
         "vllm_service_listen_address": "0.0.0.0",
         "vllm_service_firewall": "none",
         "vllm_fleet_backend_network_trusted": True,
-        "vllm_service_api_key": "check-mode-key-0123456789abcdef",
+        "vllm_service_api_key": "check-mode-key-15e26068dea123b6",
         "rollout_state_dir": str(state),
     }
     # A role variable (vars/main.yml): only extra vars beat it.
@@ -309,7 +309,7 @@ def test_check_mode_sends_no_smoke_request_through_the_load_balancers(tmp_path):
         "all": {
             "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
             "children": {
-                "vllm_hosts": {"hosts": {"h1": {"vllm_service_api_key": "check-mode-key-0123456789abcdef"}}},
+                "vllm_hosts": {"hosts": {"h1": {"vllm_service_api_key": "check-mode-key-15e26068dea123b6"}}},
                 "loadbalancers": {"hosts": {"lb1": {}}},
             },
         }

@@ -1,9 +1,13 @@
 """module_utils/vllm_preflight.py: preflight's checks and the install decision, on real files and a recorded machine."""
 
+import base64
 import hashlib
 import json
+import math
 import os
+import random
 import re
+import string
 
 import pytest
 import yaml
@@ -13,7 +17,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflig
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight_service as service_room
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO, load_expected_facts
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 FACTS = {
@@ -657,6 +661,10 @@ def test_bearer_tokens_pass(key):
     assert checks.service("h", v, FACTS, PLAN, service_probe(), [], lambda p: True) == []
 
 
+GUESSED = (
+    "has less than 80 bits of entropy counting runs (abc, 975), repeated parts and text that reads like words at what"
+    " guessing them costs"
+)
 WEAK_FIX = (
     "; fix: use a random key such as `openssl rand -hex 32`, in Ansible Vault, or set vllm_service_allow_weak_api_key:"
     " true for a fleet whose key is no secret (a test or a demo)."
@@ -674,6 +682,17 @@ WEAK_FIX = (
         ("passwordpassword" * 3, "repeats a shorter text"),
         ("aaaaaaaaaaaaaaaaaaaaaaab", "has less than 80 bits of entropy by the spread of its characters"),
         ("aabbccddaabbccddaabbccdde", "has less than 80 bits of entropy by the spread of its characters"),
+        # Spread well, and still what guessers try first: runs, repeated parts, phrases.
+        ("abcdefghijklmnopqrstuvwx", GUESSED),
+        ("0123456789abcdef01234567", GUESSED),
+        ("zyxwvutsrqponmlkjihgfedcba", GUESSED),
+        ("13579bdfhjlnprtvxz02468ace", GUESSED),
+        ("correcthorsebatterystaple", GUESSED),
+        ("CorrectHorseBatteryStaple", GUESSED),
+        ("correct-horse-battery-staple-42", GUESSED),
+        ("administratorpassword2024", GUESSED),
+        ("serve-key-a-0123456789abcdefgh", GUESSED),
+        ("Qwerty-7f3a-Qwerty-7f3a-Qwerty", GUESSED),
     ],
 )
 def test_weak_api_keys_are_refused_without_showing_them(key, why):
@@ -687,14 +706,57 @@ def test_weak_api_keys_are_refused_without_showing_them(key, why):
     "key",
     [
         "3f9c1e7a5b2d8f604e1a9c7b3d5f2e8a",  # openssl rand -hex 16
-        "9b0f3a6c1d2e7f8a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a",  # -hex 32
+        "3289a1a84351922a4d41f84f7cca05de48d712e38d93c2d2c4f308c77dfe542e",  # -hex 32
         "Qm9vZ3VzLWtleS1mb3ItdGVzdHM",  # -base64 20, unpadded
-        "correct-horse-battery-staple-42",
+        "preflight-test-key-5e0d7c41a9b3f826",  # words around 64 random bits
+        "correct-horse-battery-staple-tractor-lamp-ocean-violin-42",  # eight words
     ],
 )
 def test_random_api_keys_pass(key):
     v = service_vars(vllm_service_api_key=key)
     assert checks.service("h", v, FACTS, PLAN, service_probe(), [], lambda p: True) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "make"),
+    [
+        ("openssl rand -hex 16", lambda r: r.randbytes(16).hex()),
+        ("openssl rand -base64 18", lambda r: base64.b64encode(r.randbytes(18)).decode()),
+        ("secrets.token_urlsafe(18)", lambda r: base64.urlsafe_b64encode(r.randbytes(18)).decode().rstrip("=")),
+        ("24 letters and digits", lambda r: "".join(r.choice(string.ascii_letters + string.digits) for _ in range(24))),
+    ],
+)
+def test_keys_drawn_at_random_pass_the_estimate(kind, make):
+    """Random keys of the usual makes, 5,000 of each (seeded: the same keys every run), all pass."""
+    r = random.Random(kind)
+    weak = [key for key in (make(r) for _ in range(5000)) if service_room.key_strength(key)]
+    assert weak == [], f"{kind}: {len(weak)} random keys refused, such as {weak[:3]}"
+
+
+@given(st.text(alphabet=string.printable.strip(), max_size=80))
+def test_the_estimate_never_exceeds_the_characters_drawn_at_random(key):
+    pool = service_room._class_pool(key)
+    assert service_room.guess_bits(key) <= len(key) * math.log2(max(pool, 2)) + 1e-9
+
+
+@given(
+    st.characters(min_codepoint=33, max_codepoint=126),
+    st.integers(min_value=-2, max_value=2),
+    st.integers(min_value=24, max_value=200),
+)
+def test_a_run_of_any_length_is_worth_a_few_bits(start, step, length):
+    codes = [ord(start) + step * n for n in range(length)]
+    assume(all(33 <= code <= 126 for code in codes))
+    key = "".join(map(chr, codes))
+    assert service_room.guess_bits(key) < 20, key
+    assert service_room.key_strength(key) is not None
+
+
+@given(st.text(alphabet=string.ascii_letters + string.digits, min_size=8, max_size=40), st.integers(2, 6))
+def test_a_text_repeated_costs_little_more_than_once(text, times):
+    # The first copy at most at the characters' own cost, the others as one repeat (where, how long).
+    bound = len(text) * math.log2(service_room._class_pool(text)) + 2 * math.log2(len(text) * times) + 2
+    assert service_room.guess_bits(text * times) <= bound, text
 
 
 def test_a_weak_api_key_is_accepted_on_purpose():
