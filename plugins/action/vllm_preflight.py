@@ -230,7 +230,10 @@ def _distribution_compilers():
 @functools.cache
 def _collection_signature():
     """The collection's files that make a host's state, as the converged digest holds them (the same all run)."""
-    return [vllm_converged.tree_signature(COLLECTION / part, ("__pycache__",), (".md",)) for part in COLLECTION_PARTS]
+    return [
+        vllm_converged.tree_signature(COLLECTION / part, ("__pycache__",), (".md",), content=True)
+        for part in COLLECTION_PARTS
+    ]
 
 
 def _load_template_plugins():

@@ -41,12 +41,13 @@ def digest(value):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def tree_signature(root, skip_dirs=(), skip_suffixes=()):
+def tree_signature(root, skip_dirs=(), skip_suffixes=(), content=False):
     """(relative path, size, mtime ns) of every file under root, sorted; [] when root is not a directory.
 
-    For the controller's own files (the collection, the model it copies): a checkout, a copy or an edit
-    changes a size or a modification time, and reading every byte of a model on every run would cost more
-    than the run saves.
+    For the controller's own files. The model it copies: an edit or a copy changes a size or a modification
+    time, and reading every byte of a model on every run would cost more than the run saves. With content,
+    (relative path, size, sha256) instead, for the collection (a few megabytes, read in milliseconds): a
+    second clone, a checkout or a copy with other times but the same files is the same collection.
     """
     found = []
     for current, dirs, files in os.walk(root):
@@ -59,7 +60,14 @@ def tree_signature(root, skip_dirs=(), skip_suffixes=()):
                 status = os.stat(path)
             except OSError:
                 continue
-            found.append((os.path.relpath(path, root), status.st_size, status.st_mtime_ns))
+            if content:
+                try:
+                    stamp = file_sha256(path)
+                except OSError:
+                    continue
+            else:
+                stamp = status.st_mtime_ns
+            found.append((os.path.relpath(path, root), status.st_size, stamp))
     return sorted(found)
 
 

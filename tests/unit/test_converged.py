@@ -4,6 +4,7 @@ import grp
 import json
 import os
 import pwd
+import shutil
 import weakref
 
 import pytest
@@ -341,6 +342,23 @@ def test_the_tree_signature_sees_size_and_time_and_skips_caches(tmp_path):
     assert tree_signature(tmp_path / "missing") == []
     (tmp_path / "README.md").write_text("z")
     assert [entry[0] for entry in tree_signature(tmp_path, ("__pycache__",), (".md",))] == ["a.py"]
+
+
+def test_the_collections_signature_is_its_content_not_its_times(tmp_path):
+    """A second clone (same files, other times) is the same collection; an edit of the same size is another."""
+    first = tmp_path / "clone-1"
+    (first / "roles").mkdir(parents=True)
+    (first / "roles" / "a.yml").write_text("x: 1\n")
+    (first / "b.py").write_text("print(1)\n")
+    second = tmp_path / "clone-2"
+    shutil.copytree(first, second)
+    for path in (second / "roles" / "a.yml", second / "b.py"):
+        os.utime(path, ns=(1, 1))
+    assert tree_signature(second) != tree_signature(first)  # by times: another tree
+    assert tree_signature(second, content=True) == tree_signature(first, content=True)
+    (second / "b.py").write_text("print(2)\n")
+    os.utime(second / "b.py", ns=(1, 1))
+    assert tree_signature(second, content=True) != tree_signature(first, content=True)
 
 
 def test_the_own_digest_holds_every_option_but_the_full_converge_switch():
