@@ -473,7 +473,7 @@ def _as_number(value, whole):
         return None
     if isinstance(value, str):
         if whole:
-            return int(value) if WHOLE.match(value) else None
+            return int(value.strip()) if WHOLE.match(value) else None
         try:
             value = float(value)
         except ValueError:
