@@ -12,6 +12,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "collections"))
 
 
+# ---- load balancer stand-ins (tests/integration with a fake socat) ---------
+
+
+def state_helper_args(directory):
+    """-e arguments for the loadbalancer role's state save (backend_state.yml): the repository's helper (a real load
+    balancer has it installed by the role) and a state file under directory. With a fake socat there is no admin
+    socket at loadbalancer_admin_socket, so the helper says so and writes nothing."""
+    helper = REPO / "roles" / "loadbalancer" / "files" / "haproxy_server_state.py"
+    return ["-e", f"loadbalancer_haproxy_state_helper={helper}",
+            "-e", f"loadbalancer_haproxy_state_file={directory}/server-state"]  # fmt: skip
+
+
 # ---- fact module fixtures (owner: hardware facts) -------------------------
 MACHINES = REPO / "tests" / "fixtures" / "machines"
 sys.path.insert(0, str(MACHINES))

@@ -14,7 +14,7 @@ from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
 from ansible.template import is_trusted_as_template, trust_as_template
 from ansible.utils.display import Display
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_converged
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_converged, vllm_lb_backends
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_releases as releases
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, plan
@@ -448,10 +448,16 @@ class ActionModule(ActionBase):
             return self._fail(result, unreadable + problems)
 
         facts = dict(task_vars.get("ansible_facts", {}))
-        recorded = None
+        recorded = live_servers = None
         probe = self._probe_spec(sections, v)
         if args["converged"]:
             probe["converged"] = {"path": v["vllm_fleet_converged_record"]}
+            if "loadbalancer" in sections:
+                # Which servers are not ready there: their hosts are not converged (vllm_converged.decide_fleet).
+                probe["loadbalancer"] = {
+                    "socket": v["loadbalancer_admin_socket"],
+                    "backend": v["loadbalancer_backend_name"],
+                }
         new_facts = {}
         if "plan" in sections or probe or "vllm_cpu" not in facts:
             # The facts of the plan section, or the cached ones confirmed by their key (a changed host is read again).
@@ -462,6 +468,7 @@ class ActionModule(ActionBase):
                 return self._fail(result, [*unreadable, f"{host}: {self._facts_failure(module, merged, templar)}"])
             probe = module.get("vllm_host_probe", {})
             recorded = probe.pop("converged", None)
+            live_servers = probe.pop("loadbalancer", None)
             new_facts = module["ansible_facts"]
             facts.update(new_facts)
             merged["ansible_facts"] = facts
@@ -565,6 +572,8 @@ class ActionModule(ActionBase):
                 # A container host needs its builder too: the image is made there.
                 "installs_wheel": "service" in sections
                 and (v["vllm_install_source"] == "wheel" or v["vllm_service_mode"] == "container"),
+                # A load balancer's servers that are not ready (drain, maint): their hosts take the full run.
+                "not_ready": self._not_ready(live_servers),
             }
         result.update(changed=False, ansible_facts=new_facts)
         return result
@@ -683,6 +692,19 @@ class ActionModule(ActionBase):
             peers += groups.get(v["loadbalancer_backend_group"], []) + groups.get("vllm_hosts", [])
             peers += groups.get("loadbalancers", []) + groups.get(v["monitoring_group"], [])
         return sorted(set(peers) - {host})
+
+    @staticmethod
+    def _not_ready(live_servers):
+        """{server: 'drain' | 'maint'} of a load balancer's answer; {} without one (no HAProxy yet, a socket that does
+        not answer: the load balancer play converges it and the rollout reads every server again)."""
+        text = (live_servers or {}).get("servers_state")
+        if not text:
+            return {}
+        try:
+            states = vllm_lb_backends.server_states(text)
+        except vllm_lb_backends.BackendError:
+            return {}
+        return {name: state["admin"] for name, state in sorted(states.items()) if state["admin"] != "ready"}
 
     @staticmethod
     def _probe_spec(sections, v):

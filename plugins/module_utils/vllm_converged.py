@@ -30,6 +30,8 @@ import shutil
 import stat
 import subprocess
 
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import server_owner
+
 # 2: the witnesses hold the files' and directories' modes and owners (a record of format 1 is no record).
 RECORD_FORMAT = 2
 _CHUNK = 1 << 20
@@ -141,6 +143,7 @@ def decide_fleet(inputs_by_host, builders=()):
                 bool(inputs.get("full_converge")),
             )
     decisions = dict(sorted(decisions.items()))
+    _not_ready_on_loadbalancers(decisions, inputs_by_host)
     wheel_hosts = [h for h, d in decisions.items() if not d["converged"] and inputs_by_host[h].get("installs_wheel")]
     if wheel_hosts:
         named = ", ".join(wheel_hosts[:5]) + (f" and {len(wheel_hosts) - 5} more" if len(wheel_hosts) > 5 else "")
@@ -148,6 +151,27 @@ def decide_fleet(inputs_by_host, builders=()):
             if decisions.get(builder, {}).get("converged"):
                 decisions[builder] = dict(decisions[builder], converged=False, reason="builds for " + named)
     return decisions
+
+
+def _not_ready_on_loadbalancers(decisions, inputs_by_host):
+    """A host with a server that some load balancer of this run holds drained or in maintenance is not converged:
+    its record's witnesses are on the host, and a run lost (or an HAProxy that restored an older state) left the
+    server out of the pool; the rollout's recovery gates the host and puts it back. Decided in place."""
+    found = {}
+    for lb, inputs in sorted(inputs_by_host.items()):
+        for server, admin in sorted((inputs.get("not_ready") or {}).items()):
+            owner = server_owner(server, decisions)
+            if owner is not None and owner != lb:
+                found.setdefault(owner, []).append(f"{server} is in {admin} on {lb}")
+    for host, said in found.items():
+        if decisions[host]["converged"]:
+            recorded = (inputs_by_host[host].get("recorded") or {}).get("inputs")
+            decisions[host] = dict(
+                decisions[host],
+                converged=False,
+                reason="not in service on every load balancer: " + "; ".join(said[:5]),
+                forget=bool(recorded),
+            )
 
 
 # ---- on the host (standard library only) ----

@@ -13,6 +13,8 @@
   the effective capabilities, and whether /sys/fs/cgroup is cgroup v2.
 - ``converged``: {path} -> the converged record there and whether its witnesses still hold
   (module_utils/vllm_converged.py).
+- ``loadbalancer``: {socket, backend} -> HAProxy's ``show servers state <backend>`` answer from its admin socket
+  (or why there is none): servers a drain left out make their hosts' converged decision a full run.
 - ``container``: {podman, seccomp, dirs, tools} -> ``podman --version`` (or why it did not run), whether podman's
   default seccomp profile is there, the free space under each of dirs (podman's storage, the image build's work
   root: at their nearest existing directory) and where each of tools is on PATH (crun, debootstrap); container mode
@@ -347,7 +349,36 @@ def container(spec):
     }
 
 
-SECTIONS = {"install": install, "build": build, "service": service, "converged": converged, "container": container}
+def loadbalancer(spec, timeout=5.0):
+    """HAProxy's `show servers state <backend>` answer from its admin socket, or why there is none: a load
+    balancer's converged decision reads which servers are not ready (module_utils/vllm_converged.py)."""
+    path = spec["socket"]
+    if not os.path.exists(path):
+        return {"servers_state": None, "error": f"no admin socket at {path}"}
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(path)
+            conn.sendall(f"show servers state {spec['backend']}\n".encode())
+            chunks = []
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except OSError as exc:
+        return {"servers_state": None, "error": f"the admin socket {path} did not answer ({exc})"}
+    return {"servers_state": b"".join(chunks).decode("utf-8", "replace"), "error": ""}
+
+
+SECTIONS = {
+    "install": install,
+    "build": build,
+    "service": service,
+    "converged": converged,
+    "container": container,
+    "loadbalancer": loadbalancer,
+}
 
 
 def probe(spec):

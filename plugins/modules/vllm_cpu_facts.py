@@ -76,7 +76,8 @@ options:
       - A dict of optional sections - C(install) ({python, root, version, host_wheelhouse, active_link, snapshot_dirs}),
         C(build) ({python, dirs}), C(service) ({user, listen_address}), C(converged) ({path}) - the converged
         record and whether its witnesses hold, C(container) ({podman, seccomp, dirs, tools}) - podman's version, its
-        default seccomp profile, free space, tools; C(module_utils/vllm_host_probe.py) says what each answers.
+        default seccomp profile, free space, tools, C(loadbalancer) ({socket, backend}) - HAProxy's server states
+        from its admin socket; C(module_utils/vllm_host_probe.py) says what each answers.
       - The action plugin C(vllm.cpu_fleet.vllm_preflight) fills it; read-only, also in check mode.
     type: dict
 notes:

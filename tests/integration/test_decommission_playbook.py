@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, state_helper_args
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 PLAYBOOK = str(REPO / "playbooks" / "decommission.yml")
@@ -178,6 +178,7 @@ class Fleet:
         before = {lb: len(self.log(lb)) for lb in LBS}
         argv = [ANSIBLE_PLAYBOOK, "-i", str(self.dir / "inventory.yml"), PLAYBOOK,
                 "-e", "loadbalancer_haproxy_config=" + str(self.dir) + "/{{ loadbalancer_view_name }}.cfg",
+                *state_helper_args(self.dir),
                 "-e", "loadbalancer_drain_timeout=4", *extra]  # fmt: skip
         done = subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=300, check=False)
         self.runs += 1

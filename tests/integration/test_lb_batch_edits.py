@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, state_helper_args
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 HOSTS = [f"node{i}" for i in range(8)]
@@ -172,7 +172,7 @@ def batch(tmp_path_factory):
     )
     proc = subprocess.run(
         [ANSIBLE_PLAYBOOK, "-f", "10", "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
-         "-e", f"loadbalancer_haproxy_config={config}"],
+         "-e", f"loadbalancer_haproxy_config={config}", *state_helper_args(tmp_path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     log_path = Path(str(state) + ".log")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from conftest import REPO
+from conftest import REPO, state_helper_args
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 
@@ -137,7 +137,8 @@ def run(tmp_path):
     )
     proc = subprocess.run(
         [ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
-         "-e", f"loadbalancer_haproxy_config={config}", "-e", "loadbalancer_drain_timeout=4",
+         "-e", f"loadbalancer_haproxy_config={config}", *state_helper_args(tmp_path),
+         "-e", "loadbalancer_drain_timeout=4",
          "-e", "loadbalancer_ready_timeout=4"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip

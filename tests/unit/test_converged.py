@@ -465,3 +465,51 @@ def test_two_monitoring_hosts_are_decided_the_same_in_any_order():
     backward = decide_fleet(dict(reversed(list(inputs.items()))), ["builder"])
     assert forward == backward
     assert forward["mon"]["inputs"]["peers"]["mon2"] == digest(["2" * 64, WATCH["mon"]])
+
+
+# ---- a server left out of the pool on a load balancer (issue 41 item 7; review N5) ----
+
+
+def fleet_with_two_backends(not_ready):
+    """vllm1 and vllm1-b (a host whose name starts like vllm1's), both recorded and unchanged, behind lb."""
+    inputs = fleet_inputs()
+    inputs["vllm1-b"] = dict(inputs["vllm1"], peers=["lb"], installs_wheel=False, recorded=recorded(peers={"lb": LB}))
+    inputs["lb"] = dict(
+        inputs["lb"], peers=["vllm1", "vllm1-b"], recorded=recorded(LB, {"vllm1": OWN, "vllm1-b": OWN}),
+        not_ready=not_ready,
+    )  # fmt: skip
+    return inputs
+
+
+def test_a_host_drained_on_a_load_balancer_is_not_converged_and_its_record_goes():
+    out = decide_fleet(fleet_with_two_backends({"vllm1-vllm-1": "drain", "gone-vllm-0": "maint"}), ["builder"])
+    assert (out["vllm1"]["converged"], out["vllm1"]["forget"]) == (False, True)
+    assert out["vllm1"]["reason"] == "not in service on every load balancer: vllm1-vllm-1 is in drain on lb"
+    # The load balancer itself, and a host whose name only starts the same, stay skipped; a server of a host this
+    # run does not hold (gone) is no host's.
+    assert out["lb"]["converged"] and out["vllm1-b"]["converged"]
+    # vllm1 installs built wheels: its builder takes part, as for any changing host.
+    assert out["builder"]["reason"] == "builds for vllm1"
+
+
+def test_every_not_ready_server_is_named_and_ready_ones_change_nothing():
+    out = decide_fleet(fleet_with_two_backends({"vllm1-b-vllm-0": "maint", "vllm1-b-vllm-1": "drain"}), ["builder"])
+    assert out["vllm1-b"]["reason"] == (
+        "not in service on every load balancer: vllm1-b-vllm-0 is in maint on lb; vllm1-b-vllm-1 is in drain on lb"
+    )
+    assert out["vllm1"]["converged"]
+    quiet = decide_fleet(fleet_with_two_backends({}), ["builder"])
+    assert all(d["converged"] for d in quiet.values())
+
+
+def test_the_preflight_action_reads_drained_and_maintenance_servers_from_the_admin_socket_answer():
+    from ansible_collections.vllm.cpu_fleet.plugins.action.vllm_preflight import ActionModule
+    from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
+
+    answer = (REPO / "tests" / "fixtures" / "haproxy" / "show_servers_state_drain_maint.txt").read_text()
+    found = ActionModule._not_ready({"servers_state": answer, "error": ""})
+    assert found == {"h1-vllm-1": "maint", "h2-vllm-0": "drain"}
+    # No HAProxy yet, or an answer that is not HAProxy's: nothing is known out of the pool.
+    assert ActionModule._not_ready({"servers_state": None, "error": "no admin socket"}) == {}
+    assert ActionModule._not_ready({"servers_state": "Unknown command.\n", "error": ""}) == {}
+    assert ActionModule._not_ready(None) == {}

@@ -192,3 +192,44 @@ def test_this_interpreter_is_asked_in_process_with_the_answers_a_new_one_gives(t
     assert [started[k] for k in keys] == [in_process[k] for k in keys]
     build = probe({"build": {"python": str(wrapper), "dirs": [str(tmp_path)]}})["build"]
     assert build["python"] == in_process["python_version"]
+
+
+def haproxy_socket(path, answer):
+    """A unix socket at path that answers one command with answer, as HAProxy's admin socket does (then closes);
+    returns (the thread, the commands it got)."""
+    import threading
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen()
+    asked = []
+
+    def serve():
+        with server:
+            conn, _unused = server.accept()
+            with conn:
+                asked.append(conn.recv(4096).decode())
+                conn.sendall(answer.encode())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, asked
+
+
+def test_a_load_balancers_server_states_are_read_from_its_admin_socket(tmp_path):
+    from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
+
+    answer = (REPO / "tests" / "fixtures" / "haproxy" / "show_servers_state_drain_maint.txt").read_text()
+    thread, asked = haproxy_socket(tmp_path / "admin.sock", answer)
+    found = probe({"loadbalancer": {"socket": str(tmp_path / "admin.sock"), "backend": "vllm"}})["loadbalancer"]
+    thread.join(5)
+    assert asked == ["show servers state vllm\n"]
+    assert found == {"servers_state": answer, "error": ""}
+
+
+def test_a_load_balancer_without_an_answering_socket_says_why(tmp_path):
+    missing = probe({"loadbalancer": {"socket": str(tmp_path / "none.sock"), "backend": "vllm"}})["loadbalancer"]
+    assert missing == {"servers_state": None, "error": f"no admin socket at {tmp_path / 'none.sock'}"}
+    (tmp_path / "file.sock").write_text("")  # a path that is no socket (a socket file left by a killed HAProxy)
+    refused = probe({"loadbalancer": {"socket": str(tmp_path / "file.sock"), "backend": "vllm"}})["loadbalancer"]
+    assert refused["servers_state"] is None and "did not answer" in refused["error"]

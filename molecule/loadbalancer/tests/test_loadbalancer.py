@@ -557,15 +557,20 @@ def reachable_and_active(host):
         return False
 
 
+def saved_admin(host, prefix):
+    """The srv_admin_state values the state file holds for the servers whose names start with prefix."""
+    return [int(v) for v in host.run(f"awk '$4 ~ /^{prefix}/ {{print $7}}' {STATE_FILE}").stdout.split()]
+
+
 def test_a_drained_server_stays_drained_across_a_reboot_of_the_load_balancer(lb):
-    # A reload first saves every server ready; the drain then is set at runtime only, so the file on disk does
-    # not hold it: only the stop can save it.
+    # A reload first saves every server ready; the drain the rollout sets is saved at once (backend_state.yml),
+    # and the stop saves it again.
     lb.check_output("systemctl reload haproxy")
     assert wait_for(lambda: haproxy_answers(lb), timeout=30)
     backend_state("lb-backend-2", "drain")
     try:
-        saved = lb.run(f"awk '$4 ~ /^lb-backend-2-/ {{print $7}}' {STATE_FILE}").stdout.split()
-        assert saved and all(int(admin_state) & DRAIN == 0 for admin_state in saved), saved
+        saved = saved_admin(lb, "lb-backend-2-")
+        assert len(saved) == 2 and all(admin_state & DRAIN for admin_state in saved), saved
         # podman stops the container as a shutdown (systemd stops haproxy: ExecStop saves the states). The
         # container's journal lives in /run and does not survive the restart: the start's line says what was read.
         subprocess.run(["podman", "restart", "--time", "60", "lb-haproxy"], check=True, timeout=180)
@@ -578,6 +583,46 @@ def test_a_drained_server_stays_drained_across_a_reboot_of_the_load_balancer(lb)
     finally:
         backend_state("lb-backend-2", "ready")
     assert all_up(lb), server_stats(lb)
+
+
+def test_a_drain_survives_an_haproxy_that_is_killed_during_it(lb):
+    # A crash or an OOM kill while a host is drained: systemd runs ExecStop after the processes died (its dump
+    # cannot answer) and restarts HAProxy (Restart=always). The file the drain's own save wrote brings it back;
+    # before, the older file was put aside and the host came back ready, before any check, mid-change.
+    backend_state("lb-backend-2", "drain")
+    try:
+        before = worker_pid(lb)
+        lb.check_output("systemctl kill --signal=SIGKILL haproxy")
+        assert wait_for(lambda: haproxy_answers(lb) and worker_pid(lb) != before, timeout=60), "HAProxy did not return"
+        states = admin(lb)
+        assert states["lb-backend-2-vllm-0"] == DRAIN and states["lb-backend-2-vllm-1"] == DRAIN, states
+        assert states["lb-backend-1-vllm-0"] == 0 and states["lb-backend-1-vllm-1"] == 0, states
+        served = set(served_by(lb, requests=12))
+        assert served and all(name.startswith("lb-backend-1:") for name in served), served
+        journal = lb.check_output("journalctl -u haproxy --no-pager -n 300")
+        assert "is kept as its last save wrote it" in journal, journal
+    finally:
+        backend_state("lb-backend-2", "ready")
+    assert all_up(lb), server_stats(lb)
+
+
+def test_a_power_loss_after_a_re_enable_does_not_bring_back_the_drain(lb):
+    # A reload inside a host's drained window (a TLS switch does one) saves the drain; the re-enable after the
+    # gate is saved too, so a power loss (no ExecStop at all: the container is killed) restores the re-enable.
+    # Before, the file still held the drain of the reload, and the host stayed out after the next start.
+    backend_state("lb-backend-2", "drain")
+    try:
+        lb.check_output("systemctl reload haproxy")
+        assert all(admin_state & DRAIN for admin_state in saved_admin(lb, "lb-backend-2-"))
+    finally:
+        backend_state("lb-backend-2", "ready")
+    assert saved_admin(lb, "lb-backend-2-") == [0, 0]
+    subprocess.run(["podman", "kill", "lb-haproxy"], check=True, timeout=60)
+    subprocess.run(["podman", "start", "lb-haproxy"], check=True, timeout=120)
+    assert wait_for(lambda: reachable_and_active(lb), timeout=120, interval=2)
+    assert wait_for(lambda: haproxy_answers(lb), timeout=30)
+    assert set(admin(lb).values()) == {0}, admin(lb)
+    assert wait_for(lambda: all_up(lb), timeout=30), server_stats(lb)
 
 
 def worker_pid(host):
@@ -743,9 +788,11 @@ def test_a_failed_dump_refuses_a_reload_but_never_blocks_a_stop(lb):
         assert lb.service("haproxy").is_running and status_of(lb, "/v1/models") == 200
         assert "the reload is refused" in lb.check_output("journalctl -u haproxy --no-pager -n 300")
         restart_haproxy(lb, "restart")
-        # The older file is put aside, not restored: the servers start as the configuration says.
-        assert lb.file(f"{STATE_FILE}.stale").exists
-        assert set(admin(lb).values()) == {0}, admin(lb)
+        # The file is kept as the drain's own save wrote it: the drained host stays out after the restart.
+        assert not lb.file(f"{STATE_FILE}.stale").exists
+        states = admin(lb)
+        assert states["lb-backend-2-vllm-0"] == DRAIN and states["lb-backend-2-vllm-1"] == DRAIN, states
+        assert "is kept as its last save wrote it" in lb.check_output("journalctl -u haproxy --no-pager -n 300")
     finally:
         lb.run(f"rm -f {SOCKET}.hidden")
         backend_state("lb-backend-2", "ready")

@@ -7,8 +7,13 @@ handlers, `systemctl reload|restart haproxy` by a person, a package upgrade, a r
   save --on-failure fail     ExecReload, after the configuration check and before the signal:
                              the new process loads what was live a moment before. A dump that
                              fails refuses the reload (the running process keeps its states).
-  save --on-failure discard  ExecStop: never blocks a stop; a dump that fails moves the old file
-                             aside (<file>.stale), so nothing older than the stop is restored.
+  save --on-failure fail     also the rollout's, right after each drain, maintenance or re-enable it
+                             sets through the admin socket (roles/loadbalancer/tasks/backend_state.yml):
+                             the file always holds the last state the rollout set.
+  save --on-failure keep     ExecStop: never blocks a stop; a dump that fails (a crashed or killed
+                             HAProxy: ExecStop runs after its processes died) keeps the file as the
+                             last save left it, so a drain the rollout set comes back with the restart
+                             and a re-enable it saved is not undone by an older drain.
   fit                        ExecStartPre: the saved file against the configuration as it is now.
   reload                     ExecReload, last: signal the master and return once the new worker
                              alone answers the admin socket. HAProxy's reload is asynchronous:
@@ -227,6 +232,9 @@ def put_aside(state):
 def save(args):
     servers = config_servers(read(args.config))
     if not os.path.exists(args.socket):
+        if args.on_failure == "keep" and os.path.exists(args.state):
+            say(f"no admin socket at {args.socket}: {args.state} is kept as its last save wrote it.")
+            return 0
         # No admin socket at this path: nothing was drained through it, so nothing is kept.
         say(f"no admin socket at {args.socket}: no server state to keep{put_aside(args.state)}.")
         return 0
@@ -241,10 +249,16 @@ def save(args):
                 " again without the saved states (drained servers come back in service)."
             )
             return 1
-        say(
-            f"the admin socket {args.socket} did not answer `show servers state` ({error}){put_aside(args.state)};"
-            " the servers start as the configuration says."
-        )
+        if os.path.exists(args.state):
+            say(
+                f"the admin socket {args.socket} did not answer `show servers state` ({error}); {args.state} is"
+                " kept as its last save wrote it (the rollout saves after every state it sets)."
+            )
+        else:
+            say(
+                f"the admin socket {args.socket} did not answer `show servers state` ({error}) and there is no"
+                f" {args.state}: the servers start as the configuration says."
+            )
         return 0
     rows, moved, added = fit(header, rows, servers)
     write_atomically(args.state, render(header, rows))
@@ -321,7 +335,7 @@ def main(argv=None):
         command.add_argument("--state", required=True, help="the server-state-file HAProxy loads")
         if name == "save":
             command.add_argument("--socket", required=True, help="HAProxy's admin socket")
-            command.add_argument("--on-failure", choices=("fail", "discard"), required=True)
+            command.add_argument("--on-failure", choices=("fail", "keep"), required=True)
             command.add_argument("--timeout", type=float, default=10.0)
     command = commands.add_parser("reload")
     command.add_argument("--socket", required=True, help="HAProxy's admin socket")
