@@ -204,6 +204,25 @@ def test_completions_through_the_load_balancer_over_tls(lb_address, api_key):
         urllib.request.urlopen(f"http://{lb_address}:{LB_PORT}/v1/models", timeout=10)
 
 
+def test_a_new_hosts_servers_entered_each_load_balancer_only_after_its_gate(host, plan, request):
+    # Issue 41 item 11: at the converge both hosts served nothing yet; the load balancer play had added their
+    # servers, which /health alone would have put in the pool while the hosts' completion gates still ran. The
+    # rollout's first play holds them in maintenance until the gate passed: on every load balancer, each server's
+    # first line in HAProxy's journal that puts it UP comes after one that put it in maintenance (before, the
+    # health checks put it UP with no maintenance before it).
+    for lb_name in ("serve-lb", "serve-lb2"):
+        journal = get_host(lb_name, request).check_output("journalctl -u haproxy -b --no-pager -o cat")
+        for instance in plan["instances"]:
+            server = f"Server vllm/{host.backend.get_hostname()}-{instance['name']} "
+            lines = [line for line in journal.splitlines() if server in line]
+            up = next((i for i, line in enumerate(lines) if " is UP" in line), None)
+            maint = next((i for i, line in enumerate(lines) if "maintenance" in line), None)
+            assert up is not None, f"{lb_name}: {server}never UP:\n" + "\n".join(lines[:20])
+            assert maint is not None and maint < up, f"{lb_name}: {server}UP before maintenance:\n" + "\n".join(
+                lines[: up + 3]
+            )
+
+
 def test_instances_listen_on_the_load_balancers_address_only(host, plan):
     own = host.interface("eth0").addresses[0]
     for instance in plan["instances"]:
