@@ -575,6 +575,12 @@ class ActionModule(ActionBase):
                 # A load balancer's servers that are not ready (drain, maint): their hosts take the full run.
                 "not_ready": self._not_ready(live_servers),
             }
+        if "service" in sections and v.get("vllm_service_model_source") == "path" and v.get("vllm_service_model_path"):
+            # The controller's model as names, sizes and times: the role skips its copy while this and the host's
+            # files are what the last copy left (roles/vllm_service/tasks/model_path.yml).
+            new_facts["vllm_service_model_files"] = vllm_converged.digest(
+                vllm_converged.tree_signature(v["vllm_service_model_path"])
+            )
         result.update(changed=False, ansible_facts=new_facts)
         return result
 
