@@ -2,6 +2,7 @@
 recorded machine, what the host probe reads for it, how the action plugin picks the room, and the service's
 container filters and podman secrets script."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -387,6 +388,10 @@ def test_the_keys_become_podman_secrets_from_stdin_and_only_when_they_change(tmp
     # Never on a command line.
     assert "new-key" not in (tmp_path / "podman.log").read_text()
     assert oct((tmp_path / "record.json").stat().st_mode & 0o777) == "0o600"
+    # The record holds no plain digest of a key (a weak one could be guessed offline against it): keyed ones.
+    record = (tmp_path / "record.json").read_text()
+    assert hashlib.sha256(b"new-key").hexdigest() not in record and "new-key" not in record
+    assert set(json.loads(record)) == {"salt", "secrets"}
     assert secrets_script(tmp_path)["changed"] is False
     # The rotation ends: the previous key goes, the current one stays as it is.
     env.write_text('VLLM_SERVICE_API_KEY="new-key"\n')
@@ -396,3 +401,13 @@ def test_the_keys_become_podman_secrets_from_stdin_and_only_when_they_change(tmp
     (tmp_path / "record.json").write_text(json.dumps({"vllm-service-api-key": "whatever"}))
     assert secrets_script(tmp_path, "--force")["written"] == ["vllm-service-api-key"]
     assert (tmp_path / "secrets" / "vllm-service-api-key").read_text() == "restored-key"
+    assert secrets_script(tmp_path)["changed"] is False
+
+
+def test_a_record_of_the_earlier_format_has_each_secret_written_once(tmp_path):
+    (tmp_path / "secrets.env").write_text('VLLM_SERVICE_API_KEY="new-key"\n')
+    secrets_script(tmp_path)
+    # What the earlier format held: the bare sha256 of each value.
+    (tmp_path / "record.json").write_text(json.dumps({"vllm-service-api-key": hashlib.sha256(b"new-key").hexdigest()}))
+    assert secrets_script(tmp_path)["written"] == ["vllm-service-api-key"]
+    assert secrets_script(tmp_path)["changed"] is False

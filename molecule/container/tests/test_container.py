@@ -116,6 +116,15 @@ def test_the_key_is_in_no_unit_env_file_or_podman_inspect(host, plan, api_key):
     assert not [text for text in shown if api_key in text]
 
 
+def test_the_hosts_service_user_reads_no_file_that_holds_the_key(host, api_key):
+    # docs/container-mode.md, "What each mode exposes": in container mode only root reads the key at rest.
+    for path in ("/etc/vllm/secrets.env", "/etc/vllm/podman-secrets.json"):
+        stat = host.file(path)
+        assert (stat.user, stat.mode & 0o077) == ("root", 0), (path, stat.user, oct(stat.mode))
+        assert host.run(f"runuser -u vllm -- cat {path}").rc != 0, path
+    assert api_key not in host.file("/etc/vllm/podman-secrets.json").content_string
+
+
 def _request(path, key, body=None):
     context = ssl.create_default_context(cafile=str(CA_FILE))
     context.check_hostname = False

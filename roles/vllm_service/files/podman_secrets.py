@@ -6,7 +6,9 @@
 
 Each VARIABLE=secret: when secrets.env sets the variable (NAME="json string", as secrets.env.j2 writes it), the
 podman secret holds its value; when it does not, the secret is removed. A secret is written again only when its
-value changed since the last run (the record: the sha256 of each value, root-only) or podman lacks it, or with
+value changed since the last run (the record, root-only: an HMAC-SHA256 of each value under a random key of the
+record's own, so that the record holds nothing a guess of a weak key could be checked against offline; a record
+without one, an earlier format, has every secret written once) or podman lacks it, or with
 --force (a rollback put back another secrets.env and record). ``podman secret rm`` then ``create`` (``--replace``
 needs podman 4.7): a running container keeps the copy it got when it was created. The value goes in on standard
 input, never on a command line. Prints {"changed", "written", "removed"} (secret names only).
@@ -14,8 +16,10 @@ input, never on a command line. Prints {"changed", "written", "removed"} (secret
 
 import argparse
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import subprocess
 import sys
 
@@ -50,11 +54,15 @@ def main():
             record = json.load(handle)
     except (OSError, ValueError):
         record = {}
+    if not isinstance(record, dict) or not isinstance(record.get("salt"), str) or len(record["salt"]) != 64:
+        record = {"salt": secrets.token_hex(32), "secrets": {}}
+    salt = bytes.fromhex(record["salt"])
+    recorded = record.get("secrets") if isinstance(record.get("secrets"), dict) else {}
     rc, out, err = podman(args, "secret", "ls", "--format", "{{.Name}}")
     if rc:
         sys.exit(f"podman secret ls: {err.strip()}")
     present = set(out.split())
-    written, removed, new_record = [], [], {}
+    written, removed, digests = [], [], {}
     for pair in args.secrets:
         variable, _sep, name = pair.partition("=")
         value = values.get(variable)
@@ -65,9 +73,9 @@ def main():
                     sys.exit(f"podman secret rm {name}: {err.strip()}")
                 removed.append(name)
             continue
-        digest = hashlib.sha256(value.encode()).hexdigest()
-        new_record[name] = digest
-        if not args.force and name in present and record.get(name) == digest:
+        digest = hmac.new(salt, value.encode(), hashlib.sha256).hexdigest()
+        digests[name] = digest
+        if not args.force and name in present and hmac.compare_digest(str(recorded.get(name, "")), digest):
             continue
         if name in present:
             podman(args, "secret", "rm", name)
@@ -75,6 +83,7 @@ def main():
         if rc:
             sys.exit(f"podman secret create {name}: {err.strip()}")
         written.append(name)
+    new_record = {"salt": record["salt"], "secrets": digests}
     if new_record != record or not os.path.exists(args.record):
         temporary = args.record + ".new"
         with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
