@@ -15,10 +15,10 @@
   (module_utils/vllm_converged.py).
 - ``loadbalancer``: {socket, backend} -> HAProxy's ``show servers state <backend>`` answer from its admin socket
   (or why there is none): servers a drain left out make their hosts' converged decision a full run.
-- ``container``: {podman, seccomp, dirs, tools} -> ``podman --version`` (or why it did not run), whether podman's
-  default seccomp profile is there, the free space under each of dirs (podman's storage, the image build's work
-  root: at their nearest existing directory) and where each of tools is on PATH (crun, debootstrap); container mode
-  (module_utils/vllm_preflight_container.py).
+- ``container``: {podman, seccomp, dirs, tools} -> whether SELinux enforces, ``podman --version`` (or why it did
+  not run), whether podman's default seccomp profile is there, the free space under each of dirs (podman's storage,
+  the image build's work root: at their nearest existing directory) and where each of tools is on PATH (crun,
+  debootstrap); container mode (module_utils/vllm_preflight_container.py).
 
 One module run answers all of them: each remote run costs a large fleet's controller more than what it reads.
 """
@@ -336,9 +336,19 @@ def _image_exists(podman, reference):
     return done.returncode == 0
 
 
+def selinux_enforcing(path="/sys/fs/selinux/enforce"):
+    """Whether SELinux enforces its policy (selinuxfs says 1); False without SELinux."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip() == "1"
+    except (OSError, ValueError):
+        return False
+
+
 def container(spec):
     version, error = _first_line([spec["podman"], "--version"])
     return {
+        "selinux_enforcing": selinux_enforcing(spec.get("selinux_enforce", "/sys/fs/selinux/enforce")),
         "image_present": bool(version) and _image_exists(spec["podman"], spec.get("image", "")),
         "podman_version": version,
         "podman_error": error,

@@ -132,6 +132,13 @@ def container(host, v, facts, plan, probe, serving, building, wheel_pending=Fals
             f"{host}: vllm_service_mode: is container, and crun is not installed (the units run the container with"
             " crun: podman 4.4's Quadlet names it, and runc fails the nested test hosts); fix: apt-get install crun."
         )
+    if probe.get("selinux_enforcing"):
+        problems.append(
+            f"{host}: vllm_service_mode: is container, and SELinux enforces its policy here: the units mount the"
+            " model, the key middleware and the instance's home into the container without SELinux labels (no"
+            " :z/:Z), which the policy denies, so no instance would start; fix: serve this host with"
+            " vllm_service_mode: venv (the container mode is run and tested without SELinux only)."
+        )
     if version is not None and not probe["seccomp_default"]:
         problems.append(
             f"{host}: vllm_service_mode: is container, and podman's default seccomp profile {SECCOMP_DEFAULT} is"

@@ -307,6 +307,26 @@ def test_no_room_is_asked_for_an_image_this_run_already_brought(tmp_path, servin
     assert [line for line in problems if "GiB free" in line]
 
 
+def test_an_selinux_enforcing_host_is_refused_for_the_container_mode(tmp_path):
+    wheelhouse(tmp_path)
+    problems, _unused = run(tmp_path, found=container_probe(selinux_enforcing=True))
+    assert len(problems) == 1 and problems[0].startswith("h: vllm_service_mode: is container, and SELinux enforces")
+    assert "fix: serve this host with vllm_service_mode: venv" in problems[0]
+    # An image builder that serves nothing mounts nothing.
+    builder_only = run(tmp_path, found=container_probe(selinux_enforcing=True), serving=False)[0]
+    assert not [problem for problem in builder_only if "SELinux" in problem]
+
+
+@pytest.mark.parametrize(("text", "enforcing"), [("1\n", True), ("0\n", False), (None, False)])
+def test_the_probe_reads_whether_selinux_enforces(tmp_path, text, enforcing):
+    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import selinux_enforcing
+
+    path = tmp_path / "enforce"
+    if text is not None:
+        path.write_text(text)
+    assert selinux_enforcing(str(path)) is enforcing
+
+
 def test_the_probe_reads_podman_its_profile_the_room_and_the_tools(tmp_path):
     podman = tmp_path / "podman"
     podman.write_text(FAKE_PODMAN_VERSION)
