@@ -450,6 +450,10 @@ class ActionModule(ActionBase):
         facts = dict(task_vars.get("ansible_facts", {}))
         recorded = live_servers = None
         probe = self._probe_spec(sections, v)
+        watchers = task_vars.get("groups", {}).get(v.get("monitoring_group", "monitoring"), [])
+        if "monitoring" in sections and host in watchers and v.get("monitoring_prometheus_retention_size") == "auto":
+            # The size of Prometheus' file system (monitoring_prometheus_retention_size: auto).
+            probe["storage"] = {"path": v["monitoring_prometheus_storage_path"]}
         if args["converged"]:
             probe["converged"] = {"path": v["vllm_fleet_converged_record"]}
             if "loadbalancer" in sections:
@@ -551,6 +555,11 @@ class ActionModule(ActionBase):
         if "monitoring" in sections:
             watchers = task_vars.get("groups", {}).get(v["monitoring_group"], [])
             problems += checks.monitoring_platform(host, facts, host in watchers)
+            if "storage" in probe:
+                # monitoring_prometheus_retention_size: auto, from the size of the storage's file system.
+                new_facts["monitoring_prometheus_retention_size_auto"] = checks.auto_retention_size(
+                    probe["storage"]["size_bytes"]
+                )
         if recorded:
             problems += checks.converged_record(host, recorded)
 
@@ -567,7 +576,7 @@ class ActionModule(ActionBase):
                 "record": v["vllm_fleet_converged_record"],
                 # What a monitoring host reads of this host beyond its own digest: its exporters' knobs and the
                 # address it is scraped at (module_utils/vllm_converged.py, decide_fleet).
-                "watch": self._watch_digest(host, v, merged, templar) if "monitoring" in sections else None,
+                "watch": self._watch_digest(host, v, merged, templar, new_facts) if "monitoring" in sections else None,
                 "monitors": host in task_vars.get("groups", {}).get(v["monitoring_group"], []),
                 # A container host needs its builder too: the image is made there.
                 "installs_wheel": "service" in sections
@@ -662,7 +671,7 @@ class ActionModule(ActionBase):
         )
 
     @staticmethod
-    def _watch_digest(host, v, merged, templar):
+    def _watch_digest(host, v, merged, templar, new_facts=None):
         """The digest of what a monitoring host's files say of this host besides its own digest: the exporters' and
         monitoring knobs as this host's variables give them (left out of its own digest, so that a new retention
         time converges the monitoring hosts only) and the address Prometheus scrapes it at."""
@@ -672,8 +681,14 @@ class ActionModule(ActionBase):
         except AnsibleError:  # an address from facts not gathered yet: the monitoring host converges (None)
             address = None
         options = _options("monitoring")
+        # What preflight derived for the monitoring role on a monitoring host: the retention size auto gives.
+        derived = (new_facts or {}).get("monitoring_prometheus_retention_size_auto")
         return vllm_converged.digest(
-            {"options": {key: value for key, value in v.items() if key in options}, "address": str(address)}
+            {
+                "options": {key: value for key, value in v.items() if key in options},
+                "address": str(address),
+                **({"retention_size_auto": derived} if derived else {}),
+            }
         )
 
     @staticmethod

@@ -13,6 +13,7 @@
   the effective capabilities, and whether /sys/fs/cgroup is cgroup v2.
 - ``converged``: {path} -> the converged record there and whether its witnesses still hold
   (module_utils/vllm_converged.py).
+- ``storage``: {path} -> the size of the file system that holds path (a monitoring host's Prometheus storage).
 - ``loadbalancer``: {socket, backend} -> HAProxy's ``show servers state <backend>`` answer from its admin socket
   (or why there is none): servers a drain left out make their hosts' converged decision a full run.
 - ``container``: {podman, seccomp, dirs, tools} -> whether SELinux enforces, ``podman --version`` (or why it did
@@ -359,6 +360,14 @@ def container(spec):
     }
 
 
+def storage(spec):
+    """The size of the file system that holds spec's path (at its nearest existing directory): a monitoring host's
+    Prometheus storage, for monitoring_prometheus_retention_size: auto."""
+    path = existing_dir(spec["path"])
+    found = os.statvfs(path)
+    return {"mount": mount_point(path), "size_bytes": found.f_blocks * found.f_frsize}
+
+
 def loadbalancer(spec, timeout=5.0):
     """HAProxy's `show servers state <backend>` answer from its admin socket, or why there is none: a load
     balancer's converged decision reads which servers are not ready (module_utils/vllm_converged.py)."""
@@ -388,6 +397,7 @@ SECTIONS = {
     "converged": converged,
     "container": container,
     "loadbalancer": loadbalancer,
+    "storage": storage,
 }
 
 

@@ -19,6 +19,17 @@ PROMETHEUS_DURATION = re.compile(
 )
 # --storage.tsdb.retention.size: a whole number and a unit (Prometheus' documented ones), or 0 for no limit.
 PROMETHEUS_SIZE = re.compile(r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)\Z")
+# monitoring_prometheus_retention_size: auto: this share of the size of the file system that holds the storage
+# (Prometheus' units are powers of 1024: GB is GiB), in whole GB, at least 1. The file system's size, not its free
+# space: a value that moves with the samples it keeps would change the unit (and restart Prometheus) on every run.
+AUTO_RETENTION_SHARE = 0.7
+
+
+def auto_retention_size(filesystem_bytes):
+    """The retention size `auto` gives on a file system of that many bytes, as Prometheus' flag reads it."""
+    return f"{max(1, int(filesystem_bytes * AUTO_RETENTION_SHARE) // 2**30)}GB"
+
+
 # The common subset of systemd's time spans (systemd.time(7)): numbers with units, blanks between them allowed;
 # a number without a unit is seconds.
 SYSTEMD_SPAN_SECONDS = {
@@ -146,10 +157,11 @@ def monitoring(host, v, monitoring_host=True, loadbalancer=False):
                     " y, w, d, h, m, s, ms from the largest to the smallest, such as 15s, 5m, 1h30m or 15d."
                 )
         size = v.get("monitoring_prometheus_retention_size")
-        if size is not None and not (str(size) == "0" or PROMETHEUS_SIZE.match(str(size))):
+        if size is not None and not (str(size) in ("0", "auto") or PROMETHEUS_SIZE.match(str(size))):
             problems.append(
-                f"{host}: monitoring_prometheus_retention_size: is {size!r}, not a size Prometheus reads; fix: 0 (no"
-                " size limit) or a whole number with a unit B, KB, MB, GB, TB, PB or EB, such as 10GB or 512MB."
+                f"{host}: monitoring_prometheus_retention_size: is {size!r}, not a size Prometheus reads; fix: auto"
+                f" ({AUTO_RETENTION_SHARE:.0%} of the storage's file system), 0 (no size limit) or a whole number with"
+                " a unit B, KB, MB, GB, TB, PB or EB, such as 10GB or 512MB."
             )
         allow_http = v.get("monitoring_alert_webhook_allow_http")
         problems += webhook(host, v.get("monitoring_alert_webhook_url"), allow_http)

@@ -30,6 +30,7 @@ COVERED = {
     "vllm_install_bundle": "vllm_install_manifest (its inputs key)",
     "vllm_install_wheelhouse_vllm_wheel": "vllm_install_manifest",
     "vllm_build_probe": "what preflight read on the builder",
+    "monitoring_prometheus_retention_size_auto": "a monitoring host's watch digest (what preflight derived for it)",
     "vllm_service_model_files": "the controller's model directory (model_files: names, sizes, times)",
     # Other hosts: a vLLM host's load balancers and builders, a load balancer's backends are its peers.
     "hostvars": "the peers' own digests",

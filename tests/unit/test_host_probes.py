@@ -233,3 +233,10 @@ def test_a_load_balancer_without_an_answering_socket_says_why(tmp_path):
     (tmp_path / "file.sock").write_text("")  # a path that is no socket (a socket file left by a killed HAProxy)
     refused = probe({"loadbalancer": {"socket": str(tmp_path / "file.sock"), "backend": "vllm"}})["loadbalancer"]
     assert refused["servers_state"] is None and "did not answer" in refused["error"]
+
+
+def test_the_storage_probe_reads_the_size_of_the_file_system_of_a_path_not_made_yet(tmp_path):
+    found = probe({"storage": {"path": str(tmp_path / "not" / "yet" / "metrics2")}})["storage"]
+    stat = os.statvfs(tmp_path)
+    assert found["size_bytes"] == stat.f_blocks * stat.f_frsize > 0
+    assert os.path.ismount(found["mount"]) and str(tmp_path).startswith(found["mount"])

@@ -1202,8 +1202,9 @@ MONITORING_FIX_DURATION = (
         ),
         (
             {"monitoring_prometheus_retention_size": "10 GB"},
-            "mon: monitoring_prometheus_retention_size: is '10 GB', not a size Prometheus reads; fix: 0 (no size"
-            " limit) or a whole number with a unit B, KB, MB, GB, TB, PB or EB, such as 10GB or 512MB.",
+            "mon: monitoring_prometheus_retention_size: is '10 GB', not a size Prometheus reads; fix: auto (70% of"
+            " the storage's file system), 0 (no size limit) or a whole number with a unit B, KB, MB, GB, TB, PB or"
+            " EB, such as 10GB or 512MB.",
         ),
         (
             {"monitoring_prometheus_retention_size": "1.5GB"},
@@ -1375,6 +1376,7 @@ def test_a_fleet_host_checks_only_the_exporters_knobs():
         {"monitoring_prometheus_retention_time": "2w3d", "monitoring_prometheus_retention_size": "10GB"},
         {"monitoring_prometheus_retention_time": "1y", "monitoring_prometheus_retention_size": "0"},
         {"monitoring_prometheus_retention_size": "1TB"},
+        {"monitoring_prometheus_retention_size": "auto"},
         {"monitoring_scrape_interval": "500ms", "monitoring_evaluation_interval": "1m30s"},
         # A zero group_wait sends at once; a zero `for` fires at the first failed scrape.
         {"monitoring_alert_group_wait": "0s", "monitoring_instance_down_for": "0"},
@@ -1692,3 +1694,18 @@ def test_a_vllm_version_yaml_read_as_a_number_names_vllm_version(number):
         f"h: vllm_version: is the number {number!r} (YAML reads an unquoted version with one dot as a number, and 0.30"
         ' as 0.3); fix: quote the whole release as the table names it, such as vllm_version: "0.32.0".'
     ]
+
+
+@pytest.mark.parametrize(
+    ("size_bytes", "flag"),
+    [
+        (10 * 2**30, "7GB"),  # 70% of 10 GiB, whole GiB down
+        (250 * 10**9, "162GB"),  # a "250 GB" disk: 232.8 GiB
+        (2**30, "1GB"),  # never 0, which Prometheus reads as no limit
+        (512 * 2**20, "1GB"),
+        (4 * 2**40, "2867GB"),
+    ],
+)
+def test_auto_retention_is_a_share_of_the_storage_file_system(size_bytes, flag):
+    assert checks.auto_retention_size(size_bytes) == flag
+    assert checks.PROMETHEUS_SIZE.match(flag)

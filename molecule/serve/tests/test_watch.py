@@ -117,6 +117,16 @@ def test_the_day2_steps_runs_notice_arrived_and_what_planned_work_paged_is_recor
     assert notices, f"no run's notice arrived between {window} (the hosts' run lock unseen?); received: {started}"
 
 
+def test_prometheus_keeps_at_most_the_auto_share_of_its_file_system(host):
+    # monitoring_prometheus_retention_size: auto (the default): 70% of the storage's file system, whole GiB.
+    size = int(host.check_output("df -B1 --output=size /var/lib/prometheus/metrics2 | tail -1").strip())
+    wanted = f"{max(1, int(size * 0.7) // 2**30)}GB"
+    command = host.check_output("systemctl show -p ExecStart --value prometheus")
+    assert f"--storage.tsdb.retention.size={wanted}" in command, (wanted, command)
+    # The running process took it (Prometheus prints the flag back in its own units).
+    assert api(host, "/api/v1/status/flags")["storage.tsdb.retention.size"] not in ("", "0", "0B"), command
+
+
 def test_every_planned_instance_load_balancer_and_node_exporter_is_an_up_target(host, request):
     wanted = {("node", f"{address}:9100") for address in ADDRESSES.values()}
     wanted |= {("haproxy", f"{ADDRESSES[lb]}:8405") for lb in LOADBALANCERS}
