@@ -35,6 +35,21 @@ GAUGES = {
 # Gauges summed over an instance's engines and models, except the KV cache's share (the fullest counts).
 _MAX_GAUGES = {"kv_usage"}
 FIGURES = ("prompt_tps", "generation_tps", "kv_usage", "running", "waiting")
+# Prometheus only (a rate of histogram buckets or of the load balancers' answers, not one read of /metrics): the
+# p95 time to the first token and to the last, and the share of the instance's answers through every load balancer
+# that were 5xx (HAProxy's own 502/503/504 included), each over the rate window.
+HISTOGRAMS = {"ttft_p95": "vllm:time_to_first_token_seconds", "e2e_p95": "vllm:e2e_request_latency_seconds"}
+# HAProxy names a server <host>-<instance> (the planner's vllm-<n>); the query gives its answers those labels.
+_LB_SERVER = '"(.+)-(vllm-[0-9]+)"'
+
+
+def _by_instance(expr):
+    """expr summed over the load balancers by server, with host and vllm_instance taken from the server's name (the
+    load balancer's own host label goes first: two of them would give one server's two series the same labels)."""
+    return (
+        f'label_replace(label_replace(sum by (server) ({expr}), "host", "$1", "server", {_LB_SERVER}), '
+        f'"vllm_instance", "$2", "server", {_LB_SERVER})'
+    )
 
 
 def prometheus_queries(window="2m"):
@@ -48,6 +63,17 @@ def prometheus_queries(window="2m"):
         "kv_usage": f"max {by} ({kv})",
         "running": f"sum {by} ({GAUGES['running'][0]})",
         "waiting": f"sum {by} ({GAUGES['waiting'][0]})",
+        **{
+            figure: f"histogram_quantile(0.95, sum by (host, vllm_instance, le) (rate({name}_bucket[{window}])))"
+            for figure, name in HISTOGRAMS.items()
+        },
+        "lb_error_share": (
+            f"sum {by} ("
+            + _by_instance(f'rate(haproxy_server_http_responses_total{{job="haproxy", code="5xx"}}[{window}])')
+            + f") / sum {by} ("
+            + _by_instance(f'rate(haproxy_server_http_responses_total{{job="haproxy"}}[{window}])')
+            + ")"
+        ),
         "up": f'max {by} (up{{job="vllm"}})',
         # What fires now (not per instance: read apart by firing_alerts()); the Watchdog always does.
         "alerts": 'ALERTS{alertstate="firing", severity!="none"}',
@@ -559,6 +585,15 @@ def fmt(value, digits=1, unit=""):
     return f"{value}{unit}"
 
 
+def latency_text(figures):
+    """"0.12 s / 2.3 s" of the p95 time to the first token and to the whole answer; "-" where there is none (no
+    monitoring host: one read of /metrics has no rate; an idle instance: no request in the window)."""
+    parts = [figures.get(name) for name in HISTOGRAMS]
+    if all(part is None for part in parts):
+        return "-"
+    return " / ".join(fmt(part, 2, " s") for part in parts)
+
+
 def pct(value):
     return "n/a" if value is None else f"{100 * value:.1f} %"
 
@@ -652,10 +687,10 @@ def render_markdown(report):
         "",
         "| host / instance | class | port | running | installed | unit | restarts | CPUs (bind) | KV cache | TP x DP | "
         + "".join(f"{_md(name)} | " for name in lb_names)
-        + "prompt tok/s | gen tok/s | KV used | running / waiting |",
-        "|---" * (14 + len(lb_names)) + "|",
+        + "prompt tok/s | gen tok/s | KV used | running / waiting | p95 first token / whole answer | 5xx |",
+        "|---" * (16 + len(lb_names)) + "|",
     ]
-    empty = " |" * (13 + len(lb_names))
+    empty = " |" * (15 + len(lb_names))
     for row in hosts:
         problems = [p for p in (row["state_problem"], row["figures_problem"]) if p]
         if not row["instances"]:
@@ -687,6 +722,8 @@ def render_markdown(report):
                     if f
                     else ("no answer" if instance["figures_error"] or row["figures_problem"] else "n/a")
                 ),
+                _md(latency_text(f)),
+                _md(pct(f.get("lb_error_share"))),
             ]
             out.append("| " + " | ".join(cells) + " |")
     problems = [(row["host"], text) for row in hosts if row["instances"] for text in host_problems(row)]
@@ -932,9 +969,10 @@ def render_html(report):
         "<table><tr><th>host</th><th>instance</th><th>class</th><th>port</th><th>running</th><th>installed</th>"
         "<th>unit</th><th>restarts</th><th>CPUs (OpenMP bind)</th><th>KV cache</th><th>TP x DP</th>"
         + "".join(f"<th>{e(name)}</th>" for name in lb_names)
-        + "<th>prompt tok/s</th><th>gen tok/s</th><th>KV used</th><th>running / waiting</th></tr>"
+        + "<th>prompt tok/s</th><th>gen tok/s</th><th>KV used</th><th>running / waiting</th>"
+        "<th>p95 first token / whole answer</th><th>5xx</th></tr>"
     )
-    columns = 14 + len(lb_names)
+    columns = 16 + len(lb_names)
     for row in hosts:
         problems = [p for p in (row["state_problem"], row["figures_problem"]) if p]
         if not row["instances"]:
@@ -973,6 +1011,8 @@ def render_html(report):
                 _td(f"{fmt(f.get('running'), 0)} / {fmt(f.get('waiting'), 0)}", "num")
                 if f
                 else _td("no answer" if instance["figures_error"] or row["figures_problem"] else "n/a", "problem"),
+                _td(latency_text(f), "num"),
+                _td(pct(f.get("lb_error_share")), "bad" if (f.get("lb_error_share") or 0) > 0.05 else "num"),
             ]
             out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</table>")

@@ -3,9 +3,11 @@ rows for every host whatever could be read, escaping, one SVG chart pair per hos
 
 import html
 import re
+import subprocess
 import sys
 
 import pytest
+import yaml
 from ansible_collections.vllm.cpu_fleet.plugins.filter import vllm_fleet_report as filters
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_fleet_report as report
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import BackendError
@@ -333,3 +335,58 @@ def test_the_report_lists_what_fires_most_severe_first():
         filters.vllm_fleet_report(hosts, hostvars, lbs, mon, options)
     )
     assert "Firing alerts" not in filters.vllm_fleet_report_markdown(filters.vllm_fleet_report(*fake.fake_fleet()))
+
+
+def test_the_latency_and_load_balancer_error_queries_give_the_figures_a_real_prometheus_computes(tmp_path):
+    """The report's p95 and 5xx-share queries, evaluated by promtool (Prometheus' own engine) on series shaped as the
+    exporters give them: two load balancers' answers for h1-vllm-0 (1 of 10 a 5xx) and h1-vllm-1 (none), and one
+    instance's first-token histogram (all requests under 0.5 s, so the p95 falls in the 0.25-0.5 bucket)."""
+    import shutil
+
+    queries = report.prometheus_queries(window="5m")
+    rules = {"groups": [{"name": "report", "rules": [
+        {"record": f"report:{name}", "expr": queries[name]} for name in ("ttft_p95", "lb_error_share")
+    ]}]}  # fmt: skip
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
+    series = []
+    for lb in ("lb1", "lb2"):
+        # per second per load balancer: h1-vllm-0 9 2xx + 1 5xx, h1-vllm-1 5 2xx
+        for server, code, per_minute in (("h1-vllm-0", "2xx", 540), ("h1-vllm-0", "5xx", 60), ("h1-vllm-1", "2xx", 300),
+                                         ("h1-vllm-1", "5xx", 0)):  # fmt: skip
+            labels = f'job="haproxy", host="{lb}", proxy="vllm", server="{server}", code="{code}"'
+            name = f"haproxy_server_http_responses_total{{{labels}}}"
+            series.append({"series": name, "values": f"0+{per_minute}x10"})
+    for le, per_minute in (("0.1", 0), ("0.25", 0), ("0.5", 60), ("+Inf", 60)):
+        labels = f'job="vllm", host="h1", vllm_instance="vllm-0", model_name="m", le="{le}"'
+        name = f"vllm:time_to_first_token_seconds_bucket{{{labels}}}"
+        series.append({"series": name, "values": f"0+{per_minute}x10"})
+    test = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [
+                {"expr": "report:lb_error_share", "eval_time": "10m", "exp_samples": [
+                    {"labels": 'report:lb_error_share{host="h1", vllm_instance="vllm-0"}', "value": 0.1},
+                    {"labels": 'report:lb_error_share{host="h1", vllm_instance="vllm-1"}', "value": 0},
+                ]},
+                # histogram_quantile interpolates inside the bucket: 0.25 + 0.95 * 0.25
+                {"expr": "report:ttft_p95", "eval_time": "10m", "exp_samples": [
+                    {"labels": 'report:ttft_p95{host="h1", vllm_instance="vllm-0"}', "value": 0.4875},
+                ]},
+            ],
+        }],
+    }  # fmt: skip
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+    done = subprocess.run(
+        [shutil.which("promtool") or "promtool", "test", "rules", "test.yml"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_instance_rows_show_latency_and_load_balancer_errors_where_prometheus_has_them():
+    assert report.latency_text({}) == "-"
+    assert report.latency_text({"ttft_p95": 0.4875, "e2e_p95": 2.5}) == "0.49 s / 2.50 s"
+    assert report.latency_text({"e2e_p95": 2.5}) == "n/a / 2.50 s"
