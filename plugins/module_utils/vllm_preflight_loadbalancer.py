@@ -23,6 +23,7 @@ HAPROXY_TIME = re.compile(r"^([0-9]+)(us|ms|s|m|h|d)?\Z")
 HAPROXY_RUNTIME_DIR = "/run/haproxy"
 LB_TIMES = (
     "loadbalancer_check_interval",
+    "loadbalancer_check_fast_interval",
     "loadbalancer_timeout_connect",
     "loadbalancer_timeout_client",
     "loadbalancer_timeout_server",

@@ -984,6 +984,10 @@ def test_the_load_balancer_defaults_pass():
     ("changes", "expected"),
     [
         ({"loadbalancer_check_interval": "abc"}, ["lb: loadbalancer_check_interval: is 'abc', not a time HAProxy"]),
+        (
+            {"loadbalancer_check_fast_interval": "250 ms"},
+            ["lb: loadbalancer_check_fast_interval: is '250 ms', not a time HAProxy"],
+        ),
         ({"loadbalancer_timeout_client": "10 m"}, ["lb: loadbalancer_timeout_client: is '10 m'"]),
         ({"loadbalancer_timeout_queue": "0s"}, ["lb: loadbalancer_timeout_queue: is '0s'"]),
         ({"loadbalancer_timeout_server": "1.5m"}, ["lb: loadbalancer_timeout_server: is '1.5m'"]),
