@@ -1,5 +1,5 @@
 """A drain whose requests outlast loadbalancer_drain_timeout fails when that time is up, not later (issue 41, rollout
-speed: the wait polls twice a second and is bounded by the clock, each poll's own time included), and one whose last
+speed: the wait polls every second and is bounded by the clock, each poll's own time included), and one whose last
 request ends returns at the next poll. Through ansible-playbook and the loadbalancer role's backend_state entry
 point, delegated as the rollout calls it; `socat` on PATH is test_lb_batch_edits' stand-in for the admin socket, its
 `show stat` giving each server FAKE_SCUR requests in flight."""
@@ -68,7 +68,7 @@ def test_a_drain_waits_no_longer_than_its_timeout(tmp_path, in_flight, timeout):
         assert done.returncode != 0, output
         assert f"after {timeout} s (loadbalancer_drain_timeout) of draining" in output, output
         assert "web-vllm-0 (1 in flight)" in output, output
-        # Polled twice a second (room for 2 x timeout polls; the earlier 2 s delay gave timeout / 2), and ended by the
+        # Polled every second (room for 2 x timeout polls; the earlier 2 s delay gave timeout / 2), and ended by the
         # clock with polls still left: each poll's own time does not stretch the wait beyond the timeout.
         assert retrying and int(retrying[0]) == 2 * timeout, (retrying, output[-2000:])
         assert int(retrying[-1]) > 0, retrying
