@@ -587,9 +587,12 @@ def test_a_drained_server_stays_drained_across_a_reboot_of_the_load_balancer(lb)
 
 
 def test_a_drain_survives_an_haproxy_that_is_killed_during_it(lb):
-    # A crash or an OOM kill while a host is drained: systemd runs ExecStop after the processes died (its dump
-    # cannot answer) and restarts HAProxy (Restart=always). The file the drain's own save wrote brings it back;
-    # before, the older file was put aside and the host came back ready, before any check, mid-change.
+    # A crash or an OOM kill while a host is drained: systemd restarts HAProxy (Restart=always) from the state file.
+    # A reload first saves every server ready, so the file holds the drain only if the drain saved it (before, the
+    # drain lived at runtime only, and the host came back ready, before any check, mid-change).
+    lb.check_output("systemctl reload haproxy")
+    assert wait_for(lambda: haproxy_answers(lb), timeout=30)
+    assert saved_admin(lb, "lb-backend-2-") == [0, 0]
     backend_state("lb-backend-2", "drain")
     try:
         before = worker_pid(lb)
@@ -601,7 +604,7 @@ def test_a_drain_survives_an_haproxy_that_is_killed_during_it(lb):
         served = set(served_by(lb, requests=12))
         assert served and all(name.startswith("lb-backend-1:") for name in served), served
         journal = lb.check_output("journalctl -u haproxy --no-pager -n 300")
-        assert "is kept as its last save wrote it" in journal, journal
+        assert "restoring 4 servers (2 drained, 0 in maintenance)" in journal, journal
     finally:
         backend_state("lb-backend-2", "ready")
     assert all_up(lb), server_stats(lb)
