@@ -10,10 +10,10 @@ handlers, `systemctl reload|restart haproxy` by a person, a package upgrade, a r
   save --on-failure fail     also the rollout's, right after each drain, maintenance or re-enable it
                              sets through the admin socket (roles/loadbalancer/tasks/backend_state.yml):
                              the file always holds the last state the rollout set.
-  save --on-failure keep     ExecStop: never blocks a stop; a dump that fails (a crashed or killed
-                             HAProxy: ExecStop runs after its processes died) keeps the file as the
-                             last save left it, so a drain the rollout set comes back with the restart
-                             and a re-enable it saved is not undone by an older drain.
+  save --on-failure keep     ExecStop: never blocks a stop; a dump that fails keeps the file as the
+                             last save left it (a crashed or killed HAProxy restarts with no stop at
+                             all, from that file too), so a drain the rollout set comes back with the
+                             restart and a re-enable it saved is not undone by an older drain.
   fit                        ExecStartPre: the saved file against the configuration as it is now.
   reload                     ExecReload, last: signal the master and return once the new worker
                              alone answers the admin socket. HAProxy's reload is asynchronous:
