@@ -59,8 +59,8 @@ def test_a_save_writes_what_the_socket_says_fitted_to_the_configuration(helper, 
     answering(paths / "admin.sock")
     assert save(helper, paths, paths / "admin.sock", "fail") == 0
     rows = helper.parse_state((paths / "state").read_text())[1]
-    assert {row["srv_name"]: row["srv_admin_state"] for row in rows} == {"h1-vllm-0": "0", "h1-vllm-1": "1",
-                                                                        "h2-vllm-0": "8"}  # fmt: skip
+    saved = {row["srv_name"]: row["srv_admin_state"] for row in rows}
+    assert saved == {"h1-vllm-0": "0", "h1-vllm-1": "1", "h2-vllm-0": "8"}
     assert "saved 3 servers (1 drained, 1 in maintenance)" in capsys.readouterr().err
 
 
