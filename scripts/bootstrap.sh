@@ -33,12 +33,15 @@ if [ ! -x "$venv/bin/python" ] || [ ! -x "$venv/bin/pip" ]; then
   echo "bootstrap: creating $venv"
   python3 -m venv --clear "$venv"
 fi
+# requirements.lock pins every package with its sha256 (tools/lock_requirements.py writes it from
+# requirements.txt): a file whose bytes are not its pin's stops the install. pip first, by its own pin.
 stamp="$venv/.requirements.sha256"
-want=$(sha256sum "$repo/requirements.txt" | cut -d' ' -f1)
+want=$(sha256sum "$repo/requirements.lock" | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "bootstrap: installing Python requirements into $venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q -r "$repo/requirements.txt"
+  echo "bootstrap: installing the locked Python requirements into $venv"
+  grep '^pip==' "$repo/requirements.lock" >"$venv/.pip.lock"
+  "$venv/bin/pip" install -q --require-hashes -r "$venv/.pip.lock"
+  "$venv/bin/pip" install -q --require-hashes -r "$repo/requirements.lock"
   echo "$want" > "$stamp"
 fi
 

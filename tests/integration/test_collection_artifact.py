@@ -162,6 +162,7 @@ CHECKOUT_ONLY = {
     "tools/loadgen.py": "the tests' and benchmarks' load generator",
     "tools/make_tiny_model.py": "the tests' and the demo's model",
     "tools/role_docs.py": "regenerates the role READMEs from the argument specs (maintainers)",
+    "tools/lock_requirements.py": "rewrites requirements.lock from requirements.txt (maintainers)",
     "tools/standin_vllm/server.py": "the fleet scenario's stand-in for vLLM",
     "tools/standin_wheelhouse.py": "the fleet scenario's wheelhouse of the stand-in",
     "playbooks/controller_inputs.yml": "the tests' and the demo's model, wheelhouse and certificates",
