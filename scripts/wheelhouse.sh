@@ -13,6 +13,7 @@
 #   bash scripts/wheelhouse.sh --vllm 0.34.0 --release-overrides group_vars/all/vllm_release.yml
 #                                  # a tag the table does not know: its row as the release probe wrote it
 #   bash scripts/wheelhouse.sh --dest /srv/wheelhouse   # another directory (vllm_install_wheelhouse)
+#   bash scripts/wheelhouse.sh --lock reviewed.txt      # exactly the set a reviewed lock pins
 #
 # From an installed collection, name the script by its path there
 # (<collections path>/ansible_collections/vllm/cpu_fleet/scripts/wheelhouse.sh);
@@ -34,6 +35,14 @@
 # backend serves without it). Because vLLM's metadata still names them, hosts
 # install the manifest's exact pins with --no-deps.
 #
+# Every download is hash-checked (pip's --require-hashes). The set comes from a lock,
+# "name==version --hash=sha256:<digest>" a line, the vLLM wheel's line included: --lock FILE,
+# else the one committed for these inputs in scripts/wheelhouse-locks/ (the default release has
+# one), else pip resolves the set once and the digests are those the index published (not
+# computed after the download). Every fill writes the lock it used to <dest>/<cpXY>/vllm-<version>.lock:
+# review a first fill's and commit it under the name the script prints, so every later fill,
+# on any controller, gets those bytes or stops.
+#
 # The resolution runs pip with --only-binary :all: and an explicit
 # --python-version/--platform/--abi, so the controller's own Python does not
 # decide what the hosts get. A CUDA torch can never get in: the torch wheel
@@ -50,6 +59,7 @@ python_version="${WHEELHOUSE_PYTHON:-3.11}"
 platform="${WHEELHOUSE_PLATFORM:-manylinux_2_34_x86_64}"
 torch_spec="${WHEELHOUSE_TORCH:-}"
 release_overrides="${WHEELHOUSE_RELEASE_OVERRIDES:-}"
+lock_file="${WHEELHOUSE_LOCK:-}"
 dest="${WHEELHOUSE_DIR:-$PWD/.cache/wheelhouse}"
 with_triton="${WHEELHOUSE_WITH_TRITON:-0}"
 pip_cmd="${WHEELHOUSE_PIP:-python3 -m pip}"
@@ -67,6 +77,7 @@ while [ $# -gt 0 ]; do
     --release-overrides) release_overrides="$2"; shift 2 ;;
     --dest) dest="$2"; shift 2 ;;
     --with-triton) with_triton=1; shift ;;
+    --lock) lock_file="$2"; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "wheelhouse.sh: unknown argument $1" >&2; usage 2 ;;
   esac
@@ -112,8 +123,17 @@ make_bundle() {
   echo "wheelhouse: wrote $bundle ($(du -m "$bundle" | cut -f1) MiB)"
 }
 
-# Warm cache: same inputs, every listed file present -> nothing to do, no network.
-if [ -f "$manifest" ] && "${steps[@]}" up-to-date "$manifest" "$inputs_key"; then
+# The lock: named, else the committed one of these inputs, else none (resolve below).
+committed_lock="$("${steps[@]}" lock-path "$vllm_dist" "$vllm_version" "$py_tag" "$platform" "$torch_spec" "$excluded")"
+if [ -n "$lock_file" ]; then
+  [ -f "$lock_file" ] || { echo "wheelhouse.sh: --lock $lock_file does not exist" >&2; exit 2; }
+  lock_file="$(cd "$(dirname "$lock_file")" && pwd)/$(basename "$lock_file")"
+elif [ -f "$committed_lock" ]; then
+  lock_file="$committed_lock"
+fi
+
+# Warm cache: same inputs (and lock), every listed file present -> nothing to do, no network.
+if [ -f "$manifest" ] && "${steps[@]}" up-to-date "$manifest" "$inputs_key" ${lock_file:+"$lock_file"}; then
   make_bundle
   echo "wheelhouse: $manifest is up to date (nothing downloaded)"
   exit 0
@@ -133,22 +153,40 @@ if [[ "$platform" =~ ^manylinux_2_([0-9]+)_(.+)$ ]]; then
 fi
 target_opts=(--only-binary :all: --python-version "$python_version" "${platform_opts[@]}" --implementation cp --abi "$abi")
 
-echo "wheelhouse: downloading $vllm_dist==$vllm_version for $py_tag/$platform into $dir"
-$pip_cmd download --no-deps -d "$dir" "${target_opts[@]}" "$vllm_dist==$vllm_version"
+get=($pip_cmd download --no-deps --require-hashes -d "$dir" "${target_opts[@]}")
+if [ -n "$lock_file" ]; then
+  echo "wheelhouse: downloading the set $lock_file pins for $py_tag/$platform into $dir"
+  cp "$lock_file" "$work/full.lock"
+  "${get[@]}" -r "$work/full.lock"
+else
+  echo "wheelhouse: resolving $vllm_dist==$vllm_version for $py_tag/$platform (no lock for these inputs yet)"
+  # The vLLM wheel's digest as the index publishes it, then the wheel checked against it.
+  $pip_cmd install --dry-run --no-deps --ignore-installed --quiet --report "$work/vllm.json" \
+    --target "$work/target" "${target_opts[@]}" "$vllm_dist==$vllm_version"
+  "${steps[@]}" lock "$work/vllm.json" "" >"$work/full.lock"
+  "${get[@]}" -r "$work/full.lock"
 
-# vLLM's requirements, markers evaluated for the target, minus the excluded ones.
-"${steps[@]}" requirements "$dir" "$vllm_dist" "$vllm_version" "$python_version" "$arch" "$torch_spec" "$excluded" >"$work/requirements.txt"
-echo "wheelhouse: resolving $(wc -l <"$work/requirements.txt") requirements (excluded: $excluded)"
-$pip_cmd install --dry-run --ignore-installed --quiet --report "$work/report.json" \
-  --target "$work/target" "${target_opts[@]}" -r "$work/requirements.txt"
+  # vLLM's requirements, markers evaluated for the target, minus the excluded ones.
+  "${steps[@]}" requirements "$dir" "$vllm_dist" "$vllm_version" "$python_version" "$arch" "$torch_spec" "$excluded" >"$work/requirements.txt"
+  echo "wheelhouse: resolving $(wc -l <"$work/requirements.txt") requirements (excluded: $excluded)"
+  $pip_cmd install --dry-run --ignore-installed --quiet --report "$work/report.json" \
+    --target "$work/target" "${target_opts[@]}" -r "$work/requirements.txt"
 
-# The closure minus the excluded names (triton comes in through xgrammar) -> the lock.
-"${steps[@]}" lock "$work/report.json" "$excluded" >"$work/deps.lock"
-$pip_cmd download --no-deps -d "$dir" "${target_opts[@]}" -r "$work/deps.lock"
+  # The closure minus the excluded names (triton comes in through xgrammar) -> the lock.
+  "${steps[@]}" lock "$work/report.json" "$excluded" >"$work/deps.lock"
+  "${get[@]}" -r "$work/deps.lock"
+  cat "$work/deps.lock" >>"$work/full.lock"
+fi
 
 # Manifest, with the refusals: torch must be +cpu on x86_64 and where the pin says so, no nvidia-*, nothing excluded.
-"${steps[@]}" manifest "$dir" "$manifest" "$work/deps.lock" "$vllm_dist" "$vllm_version" \
+cp "$work/full.lock" "$dir/vllm-$vllm_version.lock"
+"${steps[@]}" manifest "$dir" "$manifest" "$dir/vllm-$vllm_version.lock" "$vllm_dist" "$vllm_version" \
   "$python_version" "$py_tag" "$platform" "$arch" "$excluded" "$inputs_key" "$torch_spec"
+if [ -z "$lock_file" ]; then
+  echo "wheelhouse: first fill of these inputs: review $dir/vllm-$vllm_version.lock and commit it as"
+  echo "wheelhouse:   $committed_lock"
+  echo "wheelhouse: (or pass it with --lock); later fills are then checked against it"
+fi
 
 size="$("${steps[@]}" summary "$manifest")"
 echo "wheelhouse: wrote $manifest ($size) in $(( $(date +%s) - started )) s"

@@ -67,6 +67,12 @@ def wheel(path, dist, version, files, requires=(), entry_points=""):
         path.write_bytes(data)
 
 
+def file_digest(directory, name, version):
+    """sha256 of the one wheel of name==version in directory."""
+    (found,) = [f for f in directory.glob("*.whl") if f.name.startswith(f"{name.replace('-', '_')}-{version}-")]
+    return hashlib.sha256(found.read_bytes()).hexdigest()
+
+
 def vllm_files(version):
     init = f'"""Stand-in vLLM {version} (tools/standin_vllm): not vLLM."""\n__version__ = "{version}"\n'
     main = (
@@ -153,8 +159,11 @@ def main():
             ],
             check=True,
         )
+    # The manifest step takes a hash-pinned lock: the stand-in's own wheels and the server's few
+    # dependencies as this controller's index gave them (a test fixture, not a reviewed lock).
     lock = directory / f".standin-{args.vllm}.lock"
-    lock.write_text("".join(f"{n}=={v}\n" for n, v in [("torch", torch_version), *SERVER_DEPS.items()]))
+    pins = [("vllm", args.vllm), ("torch", torch_version), *SERVER_DEPS.items()]
+    lock.write_text("".join(f"{n}=={v} --hash=sha256:{file_digest(directory, n, v)}\n" for n, v in pins))
     manifest = directory / f"vllm-{args.vllm}.json"
     key = hashlib.sha256(f"{FORMAT} {args.vllm} {torch_version} {SERVER.read_bytes()!r}".encode()).hexdigest()[:16]
     glibc = platform.libc_ver()[1] or "2.17"

@@ -31,3 +31,31 @@ def select_wheels(paths, version):
         raise ValueError(f"paths: is {kind_of(paths)}, not a list of file paths; fix: pass a list (fileglob's)")
     pattern = re.compile(wheel_pattern(version))
     return [path for path in paths if pattern.match(posixpath.basename(str(path)))]
+
+
+# A wheelhouse manifest's pins become `name==version --hash=sha256:<digest>` lines of pip's
+# hash-checking mode, on hosts and in images: each part is checked for that syntax first.
+_PIN_NAME = re.compile(r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?")
+_PIN_VERSION = re.compile(r"[0-9][0-9A-Za-z.!+_-]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def garbled_pins(manifest, with_vllm_wheel):
+    """What in a wheelhouse manifest cannot become a hash-checked requirement line (empty: all can)."""
+    garbled = []
+    deps = manifest.get("deps") if isinstance(manifest, dict) else None
+    for dep in deps if isinstance(deps, list) and deps else [None]:
+        if not isinstance(dep, dict):
+            garbled.append(f"deps entry {dep!r} is no mapping")
+            continue
+        name, version, digest = (str(dep.get(key, "")) for key in ("name", "version", "sha256"))
+        if not (_PIN_NAME.fullmatch(name) and _PIN_VERSION.fullmatch(version) and _SHA256.fullmatch(digest)):
+            garbled.append(f"{name!r}=={version!r} with sha256 {digest!r}")
+    if with_vllm_wheel and not _SHA256.fullmatch(str((manifest or {}).get("vllm_wheel_sha256", ""))):
+        garbled.append(f"vllm_wheel_sha256 {(manifest or {}).get('vllm_wheel_sha256')!r}")
+    return garbled
+
+
+def hashed_requirements(manifest):
+    """The manifest's dependency pins as hash-checked requirement lines (garbled_pins first)."""
+    return [f"{dep['name']}=={dep['version']} --hash=sha256:{dep['sha256']}" for dep in manifest["deps"]]

@@ -30,6 +30,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     PUBLIC_REGISTRIES,
     image_reference,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import garbled_pins, hashed_requirements
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import wheelhouse_command
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_prune import public_version_key
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
@@ -41,7 +42,7 @@ BASE_REPOSITORY = "localhost/vllm-cpu-fleet/debian"
 IMAGE_VENV = UNIT_DEFAULTS["image_venv"]
 # The revision of how the image is made: roles/vllm_image/templates/Containerfile.j2 and files/base_image.sh. Bump it
 # with any change to them (tests/unit/test_image.py pins their digests to it): another recipe is another image.
-RECIPE = 2
+RECIPE = 3
 # The Debian suites a base image is made from: their Python (the wheelhouse's python tag) and glibc.
 SUITES = {
     "bookworm": {"debian": "12", "python_version": "3.11", "python_tag": "cp311", "glibc": "2.36"},
@@ -164,6 +165,9 @@ def _wheelhouse(host, version, arch, suite, options, plan, problems):
         map(int, facts["glibc"].split("."))
     ):
         misfits.append(f"its wheels need glibc {needed}, {suite} has {facts['glibc']}")
+    garbled = garbled_pins(manifest, options["source"] == "index")
+    if garbled:
+        misfits.append(f"entries a hash-checked install cannot use ({'; '.join(garbled[:3])})")
     if misfits:
         problems.append(
             f"{host}: the wheelhouse manifest {manifest_path} does not fit the image: {'; '.join(misfits)}; fix:"
@@ -185,7 +189,7 @@ def _wheelhouse(host, version, arch, suite, options, plan, problems):
     plan.update(
         wheelhouse_manifest=manifest_path,
         deps_bundle=bundle,
-        requirements=[f"{dep['name']}=={dep['version']}" for dep in manifest.get("deps", [])],
+        requirements=hashed_requirements(manifest),
     )
     return manifest
 
@@ -209,6 +213,13 @@ def _built_wheel(host, version, build_class, options, plan, problems):
         problems.append(
             f"{host}: {manifest_path} names the wheel {wheel}, which is not on the controller; fix: re-run the build"
             " (vllm_build_force: true) for this class."
+        )
+        return
+    if not re.fullmatch(r"[0-9a-f]{64}", str(manifest.get("sha256", ""))):
+        problems.append(
+            f"{host}: {manifest_path} gives the wheel's sha256 as {manifest.get('sha256')!r}, not 64 hex digits; the"
+            " image's install checks the wheel against it. Fix: re-run the build (vllm_build_force: true) for this"
+            " class."
         )
         return
     plan.update(wheel=wheel, wheel_sha256=manifest.get("sha256"), wheel_inputs_key=manifest.get("inputs_key"))

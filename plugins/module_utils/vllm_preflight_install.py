@@ -15,7 +15,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     routes,
     torch_pin,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import select_wheels
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import garbled_pins, select_wheels
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides
 
 GIB = 1073741824
@@ -86,6 +86,14 @@ def _wheelhouse(host, v, arch, probe, out):
         misfits.append(f"its torch is {torch_wheel}, vllm_install_torch_requirement asks for {asked}")
     if misfits:
         return [f"{host}: the wheelhouse manifest {manifest_path} does not fit: {'; '.join(misfits)}."]
+    garbled = garbled_pins(manifest, v["vllm_install_source"] == "index")
+    if garbled:
+        return [
+            f"{host}: the wheelhouse manifest {manifest_path} has entries a hash-checked install cannot use"
+            f" ({'; '.join(garbled[:3])}{'; ...' if len(garbled) > 3 else ''}); it was not written by"
+            f" scripts/wheelhouse.sh or was changed by hand. Fix: fill it again"
+            f" ({wheelhouse_command(wheelhouse, '--vllm', version, '--python', probe['python_version'])})."
+        ]
     directory = os.path.dirname(manifest_path)
     bundle = os.path.join(directory, f"vllm-{version}-deps.tar")
     vllm_wheel = os.path.join(directory, str(manifest.get("vllm_wheel", "")))

