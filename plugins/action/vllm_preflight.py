@@ -315,6 +315,7 @@ class ActionModule(ActionBase):
         problems += checks.host_paths(host, options, result.validated_parameters)
         problems += checks.host_directories(host, result.validated_parameters)
         problems += checks.one_line(host, options, result.validated_parameters)
+        problems += checks.pip_indexes(host, result.validated_parameters)
         return result.validated_parameters, problems, unreadable
 
     def _sections(self, host, task_vars, merged, templar):

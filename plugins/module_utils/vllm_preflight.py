@@ -55,6 +55,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_comm
     networks,
     one_line,
     owned_overlaps,
+    pip_indexes,
     versions,
     written_types,
 )
@@ -199,6 +200,7 @@ __all__ = [
     "owned_directory",
     "owned_overlaps",
     "parse_serial",
+    "pip_indexes",
     "release_info",
     "rollout",
     "say",

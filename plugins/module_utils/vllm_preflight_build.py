@@ -56,8 +56,8 @@ def build_inputs(host, v, arch, probe, release, sha256=_controller_sha256, torch
                 f"{host}: vllm_build_wheelhouse: {wheelhouse}/{tag} has no torch-{pin}-{tag}-*.whl"
                 f" (vllm_build_torch_source: wheelhouse); fix: run"
                 f" {wheelhouse_command(wheelhouse, '--vllm', release['version'], '--python', probe['python'])} on"
-                " the controller, or set vllm_build_torch_source: index with a CPU torch index in"
-                " vllm_build_pip_extra_index_urls."
+                " the controller, or set vllm_build_torch_source: index with vllm_build_pip_index_url an index that"
+                " carries torch's CPU build and the rest."
             )
     if v.get("vllm_build_source") == "path":
         path = v.get("vllm_build_source_path") or ""

@@ -17,6 +17,8 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import 
     network,
     number,
     owned_directory,
+    pip_index_url,
+    pip_trusted_host,
     say,
 )
 
@@ -228,6 +230,45 @@ def owned_overlaps(host, validated):
             problems.append(
                 f"{host}: {name}: is {value!r}, {how}: {OWNED_DIRECTORIES[name]}, and"
                 f" {OWNED_DIRECTORIES[other]}; fix: give each its own directory, neither inside the other."
+            )
+    return problems
+
+
+# The roles whose pip reaches an index, and the route each can take instead (hash-pinned from the wheelhouse).
+PIP_ROUTES = {
+    "vllm_install_pip": "vllm_install_deps_source: wheelhouse (the default: every wheel pinned by its sha256)",
+    "vllm_build_pip": "vllm_build_torch_source: wheelhouse (the default) for torch",
+}
+
+
+def pip_indexes(host, validated):
+    """The indexes pip reaches, one per route: each URL and trusted host as pip reads it, and extra indexes only with
+    their opt-in. pip takes every package from whichever of its indexes offers the highest version (it prefers
+    none), so a name published on a second index replaces the one meant (dependency confusion)."""
+    problems = []
+    for prefix, instead in PIP_ROUTES.items():
+        if f"{prefix}_index_url" not in validated:
+            continue
+        trusted = [item for item in validated.get(f"{prefix}_trusted_hosts") or [] if isinstance(item, str)]
+        for item in validated.get(f"{prefix}_trusted_hosts") or []:
+            refusal = pip_trusted_host(item)
+            if refusal:
+                problems.append(say(host, f"{prefix}_trusted_hosts", item, refusal))
+        urls = [(f"{prefix}_index_url", validated[f"{prefix}_index_url"])] if validated[f"{prefix}_index_url"] else []
+        extras = validated.get(f"{prefix}_extra_index_urls") or []
+        urls += [(f"{prefix}_extra_index_urls", item) for item in extras]
+        for name, url in urls:
+            refusal = pip_index_url(url, trusted)
+            if refusal:
+                problems.append(say(host, name, url, refusal))
+        if extras and validated.get(f"{prefix}_allow_extra_indexes") is not True:
+            problems.append(
+                f"{host}: {prefix}_extra_index_urls: is {extras!r}, more indexes beside"
+                f" {validated[f'{prefix}_index_url'] or 'the one in the host pip configuration'}, and pip takes each"
+                " package from whichever index offers the highest version, so a name published on another replaces"
+                f" the one meant (dependency confusion); fix: serve every package from one index ({prefix}_index_url:"
+                f" a mirror or proxy that carries them all), use {instead}, or set {prefix}_allow_extra_indexes: true"
+                " to accept the mix."
             )
     return problems
 

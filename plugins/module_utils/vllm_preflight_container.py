@@ -35,6 +35,7 @@ VENV_ONLY = {
     "vllm_install_pip_index_url": "the image is built from the wheelhouse, without an index",
     "vllm_install_pip_extra_index_urls": "the image is built from the wheelhouse, without an index",
     "vllm_install_pip_trusted_hosts": "the image is built from the wheelhouse, without an index",
+    "vllm_install_pip_allow_extra_indexes": "the image is built from the wheelhouse, without an index",
     "vllm_install_torch_requirement": "the image takes the wheelhouse's torch",
     "vllm_install_min_free_gib": "the image's room is vllm_image_min_free_gib",
 }

@@ -138,6 +138,70 @@ def backend_address(value):
     )
 
 
+# ------------------------------------------------------------------------------------------------ pip
+
+# What pip's --index-url / --extra-index-url / --trusted-host read as one URL or host (argv words of a pip command).
+_URL_TEXT = re.compile(r"^[A-Za-z0-9._~!$&()*+,;=:@/%?\[\]-]+\Z")
+_PORT = re.compile(r"^[0-9]{1,5}\Z")
+
+
+def _host_port(text):
+    """(host, port or None) of text when it is a DNS name or an IP address with an optional :port, else None."""
+    if text.startswith("["):
+        host, _, port = text[1:].partition("]")
+        if (port and not port.startswith(":")) or not _plain_ip(host) or _plain_ip(host).version != 6:
+            return None
+        port = port[1:]
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, ""
+    if (text.count(":") == 1 and not port) or (port and not (_PORT.match(port) and 0 < int(port) < 65536)):
+        return None
+    if _plain_ip(host) or (DNS_NAME.match(host) and not host.split(".")[-1].isdigit()):
+        return host, port or None
+    return None
+
+
+def pip_trusted_host(value):
+    """One --trusted-host of pip: a host name or IP address, with an optional :port."""
+    if isinstance(value, str) and _host_port(value):
+        return None
+    return Refusal(
+        "no host pip's --trusted-host reads (a DNS name or IP address, optionally :port)",
+        "write the index's host, such as mirror.example.com or mirror.example.com:8443",
+    )
+
+
+def pip_index_url(value, trusted_hosts=()):
+    """One index URL of pip (--index-url, --extra-index-url): https (http only to a trusted host, which pip otherwise
+    ignores), a host, no credentials (the URL is in the task's command line, shown with -v and kept in logs)."""
+    if not isinstance(value, str) or not _URL_TEXT.match(value):
+        return Refusal(
+            "no URL pip reads as one argument (blanks, quotes, control or non-ASCII characters)",
+            "write the index's URL, such as https://mirror.example.com/simple",
+        )
+    scheme, _, rest = value.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0]
+    if scheme.lower() not in ("https", "http") or not authority:
+        return Refusal("no http(s) URL with a host", "write the index's URL, such as https://mirror.example.com/simple")
+    if "@" in authority:
+        return Refusal(
+            "carries credentials, which would stand in the pip command line (shown with -v, kept in logs)",
+            "give pip the credentials in the host's pip configuration or ~/.netrc, and the URL without them",
+        )
+    where = _host_port(authority)
+    if not where:
+        return Refusal("has no DNS name or IP address as its host", "write the index's URL with its host name")
+    if scheme.lower() == "http" and authority not in trusted_hosts and where[0] not in trusted_hosts:
+        return Refusal(
+            "plain http, which pip ignores unless the host is a trusted host, and which lets anyone on the path"
+            " change the wheels",
+            "use https, or (a mirror inside your network) add its host to the role's pip_trusted_hosts",
+        )
+    return None
+
+
 _PREFIX = re.compile(r"^(0|[1-9][0-9]{0,2})\Z")
 
 
