@@ -153,6 +153,7 @@ if [[ "$platform" =~ ^manylinux_2_([0-9]+)_(.+)$ ]]; then
 fi
 target_opts=(--only-binary :all: --python-version "$python_version" "${platform_opts[@]}" --implementation cp --abi "$abi")
 
+# shellcheck disable=SC2206 # $pip_cmd is a command and its arguments (WHEELHOUSE_PIP), split on purpose
 get=($pip_cmd download --no-deps --require-hashes -d "$dir" "${target_opts[@]}")
 if [ -n "$lock_file" ]; then
   echo "wheelhouse: downloading the set $lock_file pins for $py_tag/$platform into $dir"

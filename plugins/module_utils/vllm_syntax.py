@@ -148,12 +148,12 @@ _PORT = re.compile(r"^[0-9]{1,5}\Z")
 def _host_port(text):
     """(host, port or None) of text when it is a DNS name or an IP address with an optional :port, else None."""
     if text.startswith("["):
-        host, _, port = text[1:].partition("]")
+        host, _bracket, port = text[1:].partition("]")
         if (port and not port.startswith(":")) or not _plain_ip(host) or _plain_ip(host).version != 6:
             return None
         port = port[1:]
     elif text.count(":") == 1:
-        host, _, port = text.partition(":")
+        host, _colon, port = text.partition(":")
     else:
         host, port = text, ""
     if (text.count(":") == 1 and not port) or (port and not (_PORT.match(port) and 0 < int(port) < 65536)):
@@ -181,7 +181,7 @@ def pip_index_url(value, trusted_hosts=()):
             "no URL pip reads as one argument (blanks, quotes, control or non-ASCII characters)",
             "write the index's URL, such as https://mirror.example.com/simple",
         )
-    scheme, _, rest = value.partition("://")
+    scheme, _separator, rest = value.partition("://")
     authority = rest.split("/", 1)[0].split("?", 1)[0]
     if scheme.lower() not in ("https", "http") or not authority:
         return Refusal("no http(s) URL with a host", "write the index's URL, such as https://mirror.example.com/simple")
