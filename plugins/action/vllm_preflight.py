@@ -3,6 +3,7 @@
 import copy
 import functools
 import re
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -361,7 +362,8 @@ class ActionModule(ActionBase):
                 continue
             if containers:
                 break
-        return {"containers": containers}
+        # The run's day (UTC): every host of the run names the same image base (its refresh period) by it.
+        return {"containers": containers, "run_day": int(time.time() // 86400)}
 
     @staticmethod
     def _container_roles(host, task_vars, merged, templar, fleet=None):
@@ -541,6 +543,7 @@ class ActionModule(ActionBase):
             problems += checks.mode_knobs(host, v["vllm_service_mode"], self._set_knobs(task_vars))
         if "container" in sections:
             serving, building = self._container_roles(host, task_vars, merged, templar, self._fleet_values)
+            v["vllm_image_base_day"] = (self._fleet_values or {}).get("run_day", int(time.time() // 86400))
             found, out = checks.container(
                 host,
                 v,

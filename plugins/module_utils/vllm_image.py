@@ -20,6 +20,7 @@ Pure Python (the standard library and the collection's module_utils): the filter
 and preflight's container room (vllm_preflight_container.py) call it, on the controller.
 """
 
+import datetime
 import hashlib
 import json
 import os
@@ -42,7 +43,7 @@ BASE_REPOSITORY = "localhost/vllm-cpu-fleet/debian"
 IMAGE_VENV = UNIT_DEFAULTS["image_venv"]
 # The revision of how the image is made: roles/vllm_image/templates/Containerfile.j2 and files/base_image.sh. Bump it
 # with any change to them (tests/unit/test_image.py pins their digests to it): another recipe is another image.
-RECIPE = 3
+RECIPE = 4
 # The Debian suites a base image is made from: their Python (the wheelhouse's python tag) and glibc.
 SUITES = {
     "bookworm": {"debian": "12", "python_version": "3.11", "python_tag": "cp311", "glibc": "2.36"},
@@ -84,9 +85,20 @@ def _read_json(path):
         return json.load(handle)
 
 
-def base_image(suite):
-    """The base image's local name for ``suite``: another recipe is another base."""
-    return f"{BASE_REPOSITORY}:{suite}-r{RECIPE}"
+def base_period(day, refresh_days):
+    """The first day (YYYYMMDD, UTC) of the refresh period that ``day`` (days since 1970-01-01) falls in, or ""
+    when bases are never refreshed (refresh_days 0): the base is made anew, with the archive's updates and
+    security fixes of that day, once per period."""
+    refresh_days = int(refresh_days)
+    if refresh_days <= 0:
+        return ""
+    start = int(day) - int(day) % refresh_days
+    return (datetime.date(1970, 1, 1) + datetime.timedelta(days=start)).strftime("%Y%m%d")
+
+
+def base_image(suite, period=""):
+    """The base image's local name for ``suite``: another recipe, or another refresh period, is another base."""
+    return f"{BASE_REPOSITORY}:{suite}-r{RECIPE}" + (f"-{period}" if period else "")
 
 
 def repository(registry):
@@ -100,8 +112,10 @@ def inputs_key(inputs):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def registry_problems(host, registry, transfer):
-    """The inventory's registry and transfer, as the image's name and the hosts' pull need them."""
+def registry_problems(host, registry, transfer, allowed=()):
+    """The inventory's registry and transfer, as the image's name and the hosts' pull need them. A registry other
+    than localhost must be one the inventory allows (vllm_image_registries_allowed): an allow-list, since no list
+    of public registries is ever complete (mirror.gcr.io, a cloud's own)."""
     problems = []
     if transfer not in TRANSFERS:
         problems.append(
@@ -128,6 +142,14 @@ def registry_problems(host, registry, transfer):
         return refused(
             "not a registry host (localhost, or a DNS name or address with an optional :port)",
             "write it as podman names it, such as registry.example:5000",
+        )
+    if registry.split(":", 1)[0] != "localhost" and registry.lower() not in {
+        str(item).lower() for item in allowed or () if isinstance(item, str)
+    }:
+        return refused(
+            "not in vllm_image_registries_allowed, the registries this inventory trusts with its images",
+            f"add {registry!r} to vllm_image_registries_allowed if it is your own registry, or keep localhost with"
+            " vllm_image_transfer: archive",
         )
     if transfer == "registry" and registry.split(":", 1)[0] == "localhost":
         return refused(
@@ -236,7 +258,21 @@ def image_plan(version, build_class, arch, options, host=""):
     tcmalloc, iomp, distribution, pending. Every problem is one line naming the variable and the fix.
     """
     problems = []
+    allowed = options.get("registries_allowed") or ()
     suite = options.get("suite")
+    refresh = options.get("base_refresh_days", 0)
+    try:
+        period = base_period(options.get("base_day", 0), refresh)
+    except (TypeError, ValueError, OverflowError):
+        period = ""
+        problems.append(
+            say(
+                host,
+                "vllm_image_base_refresh_days",
+                refresh,
+                Refusal("not a whole number of days", "7 (a new base each week), or 0 (never: one per recipe)"),
+            )
+        )
     if suite not in SUITES:
         problems.append(
             say(
@@ -264,9 +300,9 @@ def image_plan(version, build_class, arch, options, host=""):
             )
         )
     if problems:
-        return None, [*registry_problems(host, options.get("registry"), options.get("transfer")), *problems]
+        return None, [*registry_problems(host, options.get("registry"), options.get("transfer"), allowed), *problems]
     # The registry's problems and the files', all at once: the name waits for both.
-    problems = registry_problems(host, options.get("registry"), options.get("transfer"))
+    problems = registry_problems(host, options.get("registry"), options.get("transfer"), allowed)
     facts = SUITES[suite]
     distribution = "vllm" if options["source"] == "wheel" else options["package"]
     plan = {
@@ -276,7 +312,7 @@ def image_plan(version, build_class, arch, options, host=""):
         "suite": suite,
         "python_version": facts["python_version"],
         "python_tag": facts["python_tag"],
-        "base": base_image(suite),
+        "base": base_image(suite, period),
         "packages": list(BASE_PACKAGES[suite]),
         "venv": IMAGE_VENV,
         "tcmalloc": f"/usr/lib/{MULTIARCH[arch]}/libtcmalloc_minimal.so.4",
@@ -305,6 +341,9 @@ def image_plan(version, build_class, arch, options, host=""):
         "wheel_sha256": plan["wheel_sha256"],
         "deps": (manifest or {}).get("inputs_key"),
         "torch": (manifest or {}).get("torch_wheel"),
+        # The base's name carries its refresh period: a new period is a new base (that day's security fixes), so a
+        # new image for every host, rolled out as any other.
+        "base": plan["base"],
     }
     if problems or plan["pending"]:
         return plan, problems

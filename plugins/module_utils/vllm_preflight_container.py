@@ -18,6 +18,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import image_plan, registry_problems
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import GIB
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import archive_url, say
 
 # podman's storage for root (graphroot of /etc/containers/storage.conf's default) and its default seccomp profile,
 # which the role derives the units' profile from (vllm_container.seccomp_profile).
@@ -106,7 +107,8 @@ def _room(host, v, probe, need_gib, path, why):
 
 def container(host, v, facts, plan, probe, serving, building, wheel_pending=False):
     """A container host's or an image builder's checks: (problems, facts)."""
-    problems, out = [], {}
+    # The run's day, for the image role's plans of this run: the same base on the builder and on every host.
+    problems, out = [], {"vllm_image_base_day": v["vllm_image_base_day"]}
     version = _podman(host, probe, problems)
     minimum = float(v["vllm_image_min_free_gib"])
     # Room is for an image still to come: once this run has brought it (the rollout's checks run after the build
@@ -124,8 +126,14 @@ def container(host, v, facts, plan, probe, serving, building, wheel_pending=Fals
             problems += _room(host, v, probe, 2 * minimum, PODMAN_STORAGE, "the image, its base and their layers")
         if v["vllm_image_work_root"] != PODMAN_STORAGE and not image_here:
             problems += _room(host, v, probe, minimum, v["vllm_image_work_root"], "the image's archive")
+        for name in ("vllm_image_debian_mirror", "vllm_image_debian_security_mirror"):
+            refusal = archive_url(v[name])
+            if refusal:
+                problems.append(say(host, name, v[name], refusal))
         if not serving:
-            problems += registry_problems(host, v["vllm_image_registry"], v["vllm_image_transfer"])
+            problems += registry_problems(
+                host, v["vllm_image_registry"], v["vllm_image_transfer"], v["vllm_image_registries_allowed"]
+            )
     if not serving:
         return problems, out
     if version is not None and not probe["tools"].get("crun"):
@@ -179,6 +187,9 @@ def container(host, v, facts, plan, probe, serving, building, wheel_pending=Fals
                 "wheel_store": v["vllm_image_wheel_store"],
                 "image_store": v["vllm_image_store"],
                 "wheel_pending": wheel_pending,
+                "registries_allowed": v["vllm_image_registries_allowed"],
+                "base_refresh_days": v["vllm_image_base_refresh_days"],
+                "base_day": v["vllm_image_base_day"],
             },
             host,
         )

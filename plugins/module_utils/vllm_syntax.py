@@ -173,27 +173,40 @@ def pip_trusted_host(value):
     )
 
 
-def pip_index_url(value, trusted_hosts=()):
-    """One index URL of pip (--index-url, --extra-index-url): https (http only to a trusted host, which pip otherwise
-    ignores), a host, no credentials (the URL is in the task's command line, shown with -v and kept in logs)."""
+def _url_problem(value, example):
+    """The URL rules pip's indexes and apt's archives share: one argument word, http(s), a host, no credentials."""
+    fix = f"write its URL, such as {example}"
     if not isinstance(value, str) or not _URL_TEXT.match(value):
-        return Refusal(
-            "no URL pip reads as one argument (blanks, quotes, control or non-ASCII characters)",
-            "write the index's URL, such as https://mirror.example.com/simple",
-        )
+        return Refusal("no URL read as one word (blanks, quotes, control or non-ASCII characters)", fix)
     scheme, _separator, rest = value.partition("://")
     authority = rest.split("/", 1)[0].split("?", 1)[0]
     if scheme.lower() not in ("https", "http") or not authority:
-        return Refusal("no http(s) URL with a host", "write the index's URL, such as https://mirror.example.com/simple")
+        return Refusal("no http(s) URL with a host", fix)
     if "@" in authority:
         return Refusal(
-            "carries credentials, which would stand in the pip command line (shown with -v, kept in logs)",
-            "give pip the credentials in the host's pip configuration or ~/.netrc, and the URL without them",
+            "carries credentials, which would stand in a command line (shown with -v, kept in logs)",
+            "give the credentials in the host's configuration (pip's, apt's auth.conf.d or ~/.netrc), the URL without",
         )
-    where = _host_port(authority)
-    if not where:
-        return Refusal("has no DNS name or IP address as its host", "write the index's URL with its host name")
-    if scheme.lower() == "http" and authority not in trusted_hosts and where[0] not in trusted_hosts:
+    if not _host_port(authority):
+        return Refusal("has no DNS name or IP address as its host", fix)
+    return None
+
+
+def archive_url(value):
+    """A Debian archive debootstrap reads and the base's apt sources (deb822 URIs:) name: http(s), one word, a host.
+    Plain http keeps integrity (every file is checked against the signed Release), not privacy."""
+    return _url_problem(value, "http://deb.debian.org/debian")
+
+
+def pip_index_url(value, trusted_hosts=()):
+    """One index URL of pip (--index-url, --extra-index-url): https (http only to a trusted host, which pip otherwise
+    ignores), a host, no credentials (the URL is in the task's command line, shown with -v and kept in logs)."""
+    refusal = _url_problem(value, "https://mirror.example.com/simple")
+    if refusal:
+        return refusal
+    scheme, _separator, rest = value.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0]
+    if scheme.lower() == "http" and authority not in trusted_hosts and _host_port(authority)[0] not in trusted_hosts:
         return Refusal(
             "plain http, which pip ignores unless the host is a trusted host, and which lets anyone on the path"
             " change the wheels",

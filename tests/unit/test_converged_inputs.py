@@ -28,6 +28,7 @@ COVERED = {
     "vllm_install_venv": "derived from DERIVED_INPUTS; the install record is witnessed",
     "vllm_install_wheel_path": "vllm_install_wanted (wheel name and sha256)",
     "vllm_install_wheel_sha256": "vllm_install_wanted (wheel name and sha256)",
+    "vllm_image_base_day": "vllm_image_inputs (its refresh period is in the base's name)",
     "vllm_install_bundle": "vllm_install_manifest (its inputs key)",
     "vllm_install_wheelhouse_vllm_wheel": "vllm_install_manifest",
     "vllm_build_probe": "what preflight read on the builder",

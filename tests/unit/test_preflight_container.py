@@ -38,7 +38,12 @@ def container_vars(tmp_path, **changes):
     v = {
         "vllm_service_mode": "container",
         "vllm_image_registry": "localhost",
+        "vllm_image_registries_allowed": ["registry.example:5000"],
         "vllm_image_transfer": "archive",
+        "vllm_image_debian_mirror": "http://deb.debian.org/debian",
+        "vllm_image_debian_security_mirror": "http://deb.debian.org/debian-security",
+        "vllm_image_base_refresh_days": 7,
+        "vllm_image_base_day": 20428,
         "vllm_image_keep": 2,
         "vllm_image_min_free_gib": 8,
         "vllm_image_suite": "bookworm",
@@ -173,7 +178,42 @@ def test_a_builder_is_debian_with_room_for_the_image_twice_and_a_registry_of_our
     assert "has 10.0 GiB free, and the image, its base and their layers needs 16 GiB" in text
     assert "/w (for /var/lib/vllm-image) has 1.0 GiB free" in text
     assert "localhost, which is no registry the hosts can pull from" in text
-    assert out == {}
+    assert out == {"vllm_image_base_day": 20428}
+
+
+@pytest.mark.parametrize(
+    "mirror",
+    ["http://deb.debian.org/debian main", "file:///srv/debian", "deb.debian.org/debian", "http://u:p@mirror/debian",
+     "http://mirror/debian\nSuites: sid", ""],
+)  # fmt: skip
+@pytest.mark.parametrize("name", ["vllm_image_debian_mirror", "vllm_image_debian_security_mirror"])
+def test_a_builder_refuses_an_archive_that_is_no_url_debootstrap_and_apt_read_as_written(tmp_path, name, mirror):
+    v = container_vars(tmp_path, **{name: mirror})
+    problems, _unused = run(tmp_path, v=v, serving=False, building=True)
+    (problem,) = [problem for problem in problems if name in problem]
+    assert problem.startswith(f"h: {name}: is {mirror!r}, ") and "; fix: " in problem
+
+
+def test_a_builder_pushes_only_to_a_registry_the_inventory_allows(tmp_path):
+    v = container_vars(tmp_path, vllm_image_transfer="registry", vllm_image_registry="mirror.gcr.io")
+    problems, _unused = run(tmp_path, v=v, serving=False, building=True)
+    assert [problem for problem in problems if "vllm_image_registry" in problem] == [
+        "h: vllm_image_registry: is 'mirror.gcr.io', not in vllm_image_registries_allowed, the registries this"
+        " inventory trusts with its images; fix: add 'mirror.gcr.io' to vllm_image_registries_allowed if it is your"
+        " own registry, or keep localhost with vllm_image_transfer: archive."
+    ]
+    v["vllm_image_registry"] = "registry.example:5000"
+    problems, _unused = run(tmp_path, v=v, serving=False, building=True)
+    assert not [problem for problem in problems if "vllm_image_registry" in problem]
+
+
+def test_every_host_of_the_run_names_the_base_of_the_runs_day(tmp_path):
+    wheelhouse(tmp_path)
+    _unused, out = run(tmp_path, v=container_vars(tmp_path))
+    _unused, later = run(tmp_path, v=container_vars(tmp_path, vllm_image_base_day=20428 + 7))
+    assert out["vllm_image_base_day"] == 20428
+    assert out["vllm_image_inputs"]["base"].endswith("-20251204")
+    assert later["vllm_image_inputs"]["base"].endswith("-20251211")
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ Each hostvars[host] builds that host's whole variable set; a host that walks eve
 run's controller cost grow with the square of the fleet (benchmarks/fleet_scale.py, docs/benchmarks.md).
 """
 
+import time
 from pathlib import Path
 
 import pytest
@@ -52,8 +53,11 @@ def _sections(host, groups, hostvars, fleet):
 
 def test_the_fleet_is_read_once_and_each_host_reads_no_other_hosts_variables():
     groups, hostvars = _fleet(200, container="h0199")
+    before = int(time.time() // 86400)
     fleet = action.ActionModule._fleet({"groups": groups, "hostvars": hostvars})
-    assert fleet == {"containers": True}
+    # The run's day, read once for every host (the image base's refresh period): today's, as UTC counts it.
+    assert fleet == {"containers": True, "run_day": fleet["run_day"]}
+    assert before <= fleet["run_day"] <= int(time.time() // 86400)
     assert hostvars.reads == 200
     for host in groups["vllm_hosts"]:
         assert "container" in _sections(host, groups, hostvars, fleet)
@@ -65,7 +69,7 @@ def test_the_sections_are_the_same_with_the_fleet_passed_in_or_read_by_the_host(
     for container in (None, "h0000", "h0009"):
         groups, hostvars = _fleet(10, container=container)
         fleet = action.ActionModule._fleet({"groups": groups, "hostvars": hostvars})
-        assert fleet == {"containers": container is not None}
+        assert fleet["containers"] is (container is not None)
         for host in groups["vllm_hosts"]:
             assert _sections(host, groups, hostvars, fleet) == _sections(host, groups, hostvars, None)
 
@@ -74,10 +78,10 @@ def test_a_host_whose_variables_do_not_render_counts_for_no_container():
     groups, hostvars = _fleet(3, container="h0002")
     hostvars["h0001"] = AnsibleUndefinedVariable("'nowhere' is undefined")
     del hostvars["h0000"]
-    assert action.ActionModule._fleet({"groups": groups, "hostvars": hostvars}) == {"containers": True}
+    assert action.ActionModule._fleet({"groups": groups, "hostvars": hostvars})["containers"] is True
     groups, hostvars = _fleet(2)
     hostvars["h0001"] = AnsibleUndefinedVariable("'nowhere' is undefined")
-    assert action.ActionModule._fleet({"groups": groups, "hostvars": hostvars}) == {"containers": False}
+    assert action.ActionModule._fleet({"groups": groups, "hostvars": hostvars})["containers"] is False
 
 
 def test_the_preflight_play_reads_the_fleet_once_and_passes_it_to_every_host():

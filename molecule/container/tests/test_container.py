@@ -63,6 +63,23 @@ def test_each_instance_is_a_quadlet_unit_of_the_fleets_image(host, plan):
     assert not host.file("/opt/vllm/current").exists
 
 
+def test_the_image_is_the_builders_by_id_on_a_patched_signed_base(host):
+    image = host.file("/etc/vllm/image").content_string.strip()
+    tag = image.rsplit(":", 1)[1]
+    (manifest_path,) = PROJECT.glob(f".cache/images/*/vllm-image-{tag}.json")
+    manifest = json.loads(manifest_path.read_text())
+    # The bits under the name are the builder's: the ID the manifest recorded is this host's image's.
+    assert host.check_output(f"podman image inspect --format '{{{{.Id}}}}' {image}") == manifest["image_id"]
+    for key in ("image_id", "base_packages_sha256"):
+        assert re.fullmatch(r"[0-9a-f]{64}", manifest[key]), manifest
+    # The base of this run's refresh period, with the suite's updates and security fixes among its sources.
+    assert re.fullmatch(r"localhost/vllm-cpu-fleet/debian:bookworm-r\d+-20\d{6}", manifest["base"]), manifest["base"]
+    run = f"podman run --rm --pull=never --network=none {image}"
+    sources = host.check_output(f"{run} cat /etc/apt/sources.list.d/debian.sources")
+    assert "bookworm-updates" in sources and "bookworm-security" in sources
+    assert sources.count("Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg") == 2
+
+
 def test_the_planned_binds_are_the_containers_cpuset(host, plan):
     for instance in plan["instances"]:
         found = status(host, instance)
