@@ -375,3 +375,33 @@ def test_image_refs_names_what_units_containers_and_snapshots_use(tmp_path):
     assert found["protected"][snap].startswith("the rollout snapshot")
     assert found["protected"][record].startswith("the rollout record")
     assert found["images"] == [{"Names": [ref], "Created": 1}]
+
+
+def _task(tasks, name):
+    for task in tasks:
+        if task.get("name") == name:
+            return task
+        found = _task(task.get("block", []), name)
+        if found:
+            return found
+    return None
+
+
+def test_the_images_requirements_are_one_hash_pinned_line_each(tmp_path):
+    """The Containerfile's pip runs with --require-hashes: one `name==version --hash=sha256:` line per pin, then the
+    wheel by its own digest (a folded YAML scalar once handed Jinja a backslash, and the lines ran together)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    wheelhouse(tmp_path)
+    plan, problems = image.image_plan("0.32.0", "x86_64-amx", "x86_64", options(tmp_path))
+    assert problems == []
+    plan["wheel_sha256"] = "e" * 64
+    task = _task(yaml.safe_load((ROLE / "tasks/build_class.yml").read_text()), "Write the exact requirements"
+                 " (the wheelhouse's pins, then the vLLM wheel)")  # fmt: skip
+    templar = Templar(loader=DataLoader(), variables={"vllm_image_build": plan})
+    text = templar.template(trust_as_template(task["ansible.builtin.copy"]["content"]))
+    wheel_line = f"/install/{Path(plan['wheel']).name} --hash=sha256:{'e' * 64}"
+    assert text == "\n".join([*plan["requirements"], wheel_line]) + "\n"
+    assert len(text.splitlines()) == len(plan["requirements"]) + 1
+    assert all(" --hash=sha256:" in line for line in text.splitlines())
