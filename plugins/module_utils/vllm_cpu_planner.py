@@ -942,7 +942,9 @@ def _build(facts, release, opts, problems):
     budget = cpu_budget(facts)
     if budget is not None:
         cpus = min(cpus, budget)
-    memory_cap = math.floor(for_build / per_job) if per_job > 0 else cpus
+    # A tiny per-job size overflows the quotient to infinity: the memory then caps nothing (the CPUs do).
+    ratio = for_build / per_job if per_job > 0 else math.inf
+    memory_cap = math.floor(ratio) if math.isfinite(ratio) else (cpus if ratio > 0 else 0)
     max_jobs = max(1, min(cpus, memory_cap))
     if opts["max_jobs"] is not None:
         max_jobs = opts["max_jobs"]

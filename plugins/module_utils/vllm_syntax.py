@@ -154,6 +154,8 @@ def _host_port(text):
         port = port[1:]
     elif text.count(":") == 1:
         host, _colon, port = text.partition(":")
+    elif ":" in text:
+        return None  # an IPv6 address is written in brackets, as URLs and pip's --trusted-host read it
     else:
         host, port = text, ""
     if (text.count(":") == 1 and not port) or (port and not (_PORT.match(port) and 0 < int(port) < 65536)):

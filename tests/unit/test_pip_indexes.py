@@ -66,12 +66,17 @@ def test_one_index_needs_no_opt_in(role):
         ("https://mirror_example/simple", "has no DNS name or IP address as its host"),
         ("https://mirror.example.com:99999/simple", "has no DNS name or IP address as its host"),
         ("https:///simple", "no http(s) URL with a host"),
+        ("https://::/simple", "has no DNS name or IP address as its host"),  # IPv6 without brackets (Hypothesis)
     ],
 )
 def test_an_index_url_pip_would_misread_or_that_leaks_is_refused_naming_host_and_variable(url, words):
     problems = typed("vllm_install", vllm_install_pip_index_url=url)
     assert any(problem.startswith(f"h1: vllm_install_pip_index_url: is {url!r}, ") for problem in problems), problems
     assert any(words in problem and "; fix: " in problem for problem in problems), problems
+
+
+def test_an_ipv6_index_is_written_in_brackets():
+    assert typed("vllm_install", vllm_install_pip_index_url="https://[fd00::5]:8443/simple") == []
 
 
 def test_a_plain_http_mirror_passes_once_its_host_is_trusted():
