@@ -37,7 +37,8 @@ def select_wheels(paths, version):
 # hash-checking mode, on hosts and in images: each part is checked for that syntax first.
 _PIN_NAME = re.compile(r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?")
 _PIN_VERSION = re.compile(r"[0-9][0-9A-Za-z.!+_-]*")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+# A sha256 as pip, the manifests and the build store write it.
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def garbled_pins(manifest, with_vllm_wheel):
@@ -49,9 +50,9 @@ def garbled_pins(manifest, with_vllm_wheel):
             garbled.append(f"deps entry {dep!r} is no mapping")
             continue
         name, version, digest = (str(dep.get(key, "")) for key in ("name", "version", "sha256"))
-        if not (_PIN_NAME.fullmatch(name) and _PIN_VERSION.fullmatch(version) and _SHA256.fullmatch(digest)):
+        if not (_PIN_NAME.fullmatch(name) and _PIN_VERSION.fullmatch(version) and SHA256_HEX.fullmatch(digest)):
             garbled.append(f"{name!r}=={version!r} with sha256 {digest!r}")
-    if with_vllm_wheel and not _SHA256.fullmatch(str((manifest or {}).get("vllm_wheel_sha256", ""))):
+    if with_vllm_wheel and not SHA256_HEX.fullmatch(str((manifest or {}).get("vllm_wheel_sha256", ""))):
         garbled.append(f"vllm_wheel_sha256 {(manifest or {}).get('vllm_wheel_sha256')!r}")
     return garbled
 

@@ -31,7 +31,11 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     PUBLIC_REGISTRIES,
     image_reference,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import garbled_pins, hashed_requirements
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import (
+    SHA256_HEX,
+    garbled_pins,
+    hashed_requirements,
+)
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import wheelhouse_command
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_prune import public_version_key
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
@@ -237,7 +241,7 @@ def _built_wheel(host, version, build_class, options, plan, problems):
             " (vllm_build_force: true) for this class."
         )
         return
-    if not re.fullmatch(r"[0-9a-f]{64}", str(manifest.get("sha256", ""))):
+    if not SHA256_HEX.fullmatch(str(manifest.get("sha256", ""))):
         problems.append(
             f"{host}: {manifest_path} gives the wheel's sha256 as {manifest.get('sha256')!r}, not 64 hex digits; the"
             " image's install checks the wheel against it. Fix: re-run the build (vllm_build_force: true) for this"
