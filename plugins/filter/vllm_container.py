@@ -3,8 +3,10 @@ the seccomp profile or the podman env file."""
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
+    VARIABLES,
     ContainerUnitError,
     container_unit,
+    image_id,
     numa_syscalls,
     podman_env_file,
     podman_version,
@@ -12,6 +14,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     secret_style,
     unit_style,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
 
 
 def _fail(name, err):
@@ -24,6 +27,16 @@ def vllm_container_unit(plan_instance, serve, knobs):
         return container_unit(plan_instance, serve, knobs)
     except ContainerUnitError as err:
         raise _fail("vllm_container_unit", err) from err
+
+
+def vllm_container_image_id(value, host=""):
+    """An image ID as the units name it (sha256:<64 hex>), from podman image inspect's."""
+    pinned = image_id(value)
+    if isinstance(pinned, Refusal):
+        raise AnsibleFilterError(
+            f"vllm_container_image_id found 1 problem(s):\n{say(host, VARIABLES['image_id'], value, pinned)}"
+        )
+    return pinned
 
 
 def vllm_container_seccomp(default_profile, vllm_version, host=""):
@@ -59,6 +72,7 @@ class FilterModule:
     def filters(self):
         return {
             "vllm_container_unit": vllm_container_unit,
+            "vllm_container_image_id": vllm_container_image_id,
             "vllm_container_seccomp": vllm_container_seccomp,
             "vllm_container_env_file": vllm_container_env_file,
             "vllm_container_podman": vllm_container_podman,

@@ -366,6 +366,7 @@ ENV_FILE_OWNED = {"PATH": "the image's PATH finds the venv's vllm (Exec= names i
 # The inventory variable each knob comes from, for messages.
 VARIABLES = {
     "image": "vllm_service_container_image",
+    "image_id": "vllm_service_container_image (the ID podman image inspect gives it)",
     "image_venv": "vllm_service_container_venv",
     "podman_version": "podman --version",
     "podman": "vllm_service_container_podman",
@@ -409,13 +410,29 @@ DEFAULTS = {
     "systemd_dir": "/etc/systemd/system",
     "host": "",
 }
-REQUIRED = ("podman_version", "image", "user", "group", "home", "env_file", "seccomp_profile")
+REQUIRED = ("podman_version", "image", "image_id", "user", "group", "home", "env_file", "seccomp_profile")
 # /dev/shm: the engine's message queue (vLLM 0.32: 160 MiB) and, with TP, each rank's all-reduce buffer of
 # PER_THREAD_SHM_BUFFER_BYTES (4 MiB) per OpenMP thread (csrc/cpu/shm.cpp:14 and :316-323, every era).
 SHM_BASE_MIB = 256
 SHM_PER_THREAD_MIB = 4
 # Seconds systemd waits beyond podman's own stop timeout (podman stop, then podman rm).
 STOP_MARGIN = 30
+
+
+# An image ID as podman image inspect gives it (the digest of the image's configuration), bare or with sha256:.
+IMAGE_ID = re.compile(r"^(?:sha256:)?(?P<hex>[0-9a-f]{64})\Z")
+
+
+def image_id(value):
+    """The unit's name for the bits a reference stood for when the role wrote it: sha256:<64 hex>; Refusal when
+    value is not a whole image ID (a prefix would be ambiguous, and Quadlet and podman read sha256:... as an ID)."""
+    match = IMAGE_ID.match(value) if isinstance(value, str) else None
+    if not match:
+        return Refusal(
+            "not a whole image ID (64 lowercase hex digits, optionally after sha256:)",
+            "pass what podman image inspect --format '{{.Id}}' prints for the image (the role reads it on the host)",
+        )
+    return "sha256:" + match["hex"]
 
 
 def image_reference(value):
@@ -582,6 +599,11 @@ def _check_knobs(knobs, host, problems):
     refusal = image_reference(k["image"])
     if refusal:
         refuse("image", k["image"], refusal)
+    pinned = image_id(k["image_id"])
+    if isinstance(pinned, Refusal):
+        refuse("image_id", k["image_id"], pinned)
+    else:
+        k["image_id"] = pinned
     for key in ("image_venv", "podman", "home", "env_file", "seccomp_profile", "quadlet_dir", "systemd_dir"):
         if key == "seccomp_profile" and str(k[key]).strip().lower() == "unconfined":
             refuse(
@@ -777,7 +799,8 @@ def container_unit(plan_instance, serve, knobs):
     ``plan_instance``: one of the plan's ``instances`` (name, cpus, numa_nodes, tp, omp_threads_bind).
     ``serve``: the vllm_serve_command filter's result ({argv, exec_start}) for the image's venv (knobs image_venv);
     Exec= gets its words without the venv path (the image's PATH starts with its venv's bin).
-    ``knobs``: podman_version, image, user and group (numbers), home, env_file (podman_env_file's), seccomp_profile
+    ``knobs``: podman_version, image (its reference), image_id (what the reference stood for on the host: the
+    units run those bits by ID), user and group (numbers), home, env_file (podman_env_file's), seccomp_profile
     (a file of seccomp_profile's) are required; model_path, read_only_paths, secrets ({variable: podman secret}),
     shm_mib (default: shm_mib(plan_instance)), stop_timeout, start_timeout, memory_high_mib, memory_max_mib,
     systemd_version, firewall_unit, address_allow (vllm_service_firewall: systemd: the sources besides localhost),
@@ -825,7 +848,8 @@ def _header(k, instance_values, plan_instance):
         f"# {k['managed']}",
         f"# Instance {name} of {k['host'] or 'the host'}'s plan in a container: NUMA node(s) {mems}, TP {tp},"
         f" OpenMP threads on {plan_instance['omp_threads_bind']}, CPUs {cpus}.",
-        f"# Image {k['image']}.",
+        f"# Image {k['image']}, run by the ID the name had when this file was written:",
+        f"# {k['image_id']} (new bits under the name, from a forced rebuild or a pull, change this file).",
     ]
 
 
@@ -911,7 +935,7 @@ def _quadlet_text(plan_instance, instance_values, k, spec, words):
         *_unit_section(k, name),
         "",
         "[Container]",
-        f"Image={k['image']}",
+        f"Image={k['image_id']}",
     ]
     podman_args = []
     for key, value, flags in spec:
@@ -962,7 +986,9 @@ def _template_text(k):
 def _dropin_text(plan_instance, instance_values, k, podman_args, words):
     run = (
         f"{systemd_words([k['podman'], 'run'])} --cidfile=%t/%N.cid "
-        + systemd_words(["--replace", "--rm", "--cgroups=split", "--sdnotify=conmon", "-d", *podman_args, k["image"]])
+        + systemd_words(
+            ["--replace", "--rm", "--cgroups=split", "--sdnotify=conmon", "-d", *podman_args, k["image_id"]]
+        )
         + " "
         + systemd_words(words)
     )

@@ -18,11 +18,12 @@ from conftest import REPO
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 MACHINE = "spr-2s-amx"
 IMAGE = "localhost/vllm-cpu-fleet/vllm:0.32.0-x86_64-amx-0123456789abcdef"
+IMAGE_ID = "5e" * 32
 FAKE_PODMAN = """#!/bin/sh
 echo "$*" >> "$(dirname "$0")/podman.log"
 case "$1" in
   --version) echo "podman version 5.4.2" ;;
-  image) [ "$2" = exists ] && [ "$3" = "{image}" ] ;;
+  image) [ "$2" = inspect ] && [ "$5" = "{image}" ] && echo "{image_id}" ;;
   *) exit 2 ;;
 esac
 """
@@ -37,7 +38,7 @@ def test_configure_in_check_mode_plans_the_container_units(tmp_path):
     (model / "config.json").write_text("{}")
     podman = tmp_path / "bin" / "podman"
     podman.parent.mkdir()
-    podman.write_text(FAKE_PODMAN.format(image=IMAGE))
+    podman.write_text(FAKE_PODMAN.format(image=IMAGE, image_id=IMAGE_ID))
     podman.chmod(0o755)
     out = tmp_path / "result.json"
     role_vars = {
@@ -88,6 +89,7 @@ def test_configure_in_check_mode_plans_the_container_units(tmp_path):
                         "{{ {'restart': vllm_service_restart_instances, 'from': vllm_service_serving_from,"
                         " 'witness': vllm_service_witness, 'style': vllm_service_podman_facts.style,"
                         " 'files': vllm_service_container_files | map(attribute='path') | list,"
+                        " 'texts': vllm_service_container_files | map(attribute='text') | list,"
                         " 'planned': vllm_plan.instances | map(attribute='name') | list} | to_json }}"
                     ),
                     "mode": "0644",
@@ -113,6 +115,8 @@ def test_configure_in_check_mode_plans_the_container_units(tmp_path):
     assert found["from"] == IMAGE and found["style"] == "quadlet"
     quadlet = [str(tmp_path / "quadlet" / f"vllm@{name}.container") for name in found["planned"]]
     assert sorted(found["files"]) == sorted(quadlet)
+    # The units run the image by the ID its name has on the host.
+    assert all(f"\nImage=sha256:{IMAGE_ID}\n" in text for text in found["texts"]), found["texts"][0]
     assert found["witness"]["links"] == []
     assert set(quadlet) <= set(found["witness"]["files"])
     assert not [path for path in found["witness"]["files"] if ".service.d" in path or path.endswith("vllm@.service")]

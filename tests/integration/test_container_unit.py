@@ -22,6 +22,7 @@ ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 MACHINE = "spr-2s-amx"
 MODEL_DIR = "/var/lib/vllm/models/tiny-llama"
 IMAGE = "localhost/vllm-cpu-fleet/vllm:0.32.0-x86_64-amx-0123456789abcdef"
+IMAGE_ID = "ab" * 32
 KEY = "fleet-key-15e26068dea123b6"
 PREVIOUS = "old-key-0123456789abcdef"
 
@@ -40,6 +41,7 @@ PLAY = """
         vllm_service_podman_facts: >-
           {{{{ podman_version_text | vllm.cpu_fleet.vllm_container_podman(inventory_hostname) }}}}
         vllm_service_account: {{uid: "998", gid: "997"}}
+        vllm_service_container_image_id: "{image_id}"
     - name: Render the unit, the environment and both modes' commands
       ansible.builtin.copy:
         dest: "{{{{ out }}}}/{{{{ inventory_hostname }}}}-{{{{ instance.name }}}}.json"
@@ -112,7 +114,7 @@ def rendered(tmp_path_factory):
     }
     (tmp / "out").mkdir()
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    (tmp / "play.yml").write_text(PLAY.format(repo=REPO))
+    (tmp / "play.yml").write_text(PLAY.format(repo=REPO, image_id=IMAGE_ID))
     result = subprocess.run(
         [ANSIBLE_PLAYBOOK, "-i", str(tmp / "inventory.yml"), str(tmp / "play.yml")],
         cwd=REPO,
@@ -171,7 +173,7 @@ def test_quadlet_files_carry_the_plan_the_image_and_the_mounts(rendered):
         assert path == f"/etc/containers/systemd/vllm@{name}.container"
         entries = _entries(text)
         container = [(key, value) for section, key, value in entries if section == "Container"]
-        assert ("Image", IMAGE) in container
+        assert ("Image", f"sha256:{IMAGE_ID}") in container and IMAGE in text  # the name in a comment
         assert ("EnvironmentFile", f"/etc/vllm/{name}.env") in container
         assert ("SeccompProfile", "/etc/vllm/seccomp.json") in container
         assert ("AddCapability", "SYS_NICE") in container and ("DropCapability", "ALL") in container

@@ -67,6 +67,10 @@ esac
 """
 IMAGE_OLD = "localhost/vllm-cpu-fleet/vllm:0.31.0-x86_64-0123456789abcdef"
 IMAGE_NEW = "localhost/vllm-cpu-fleet/vllm:0.32.0-x86_64-fedcba9876543210"
+# podman image inspect's IDs of the two images (podman image exists takes an ID as it takes a name).
+ID_OLD = "sha256:" + "01" * 32
+ID_NEW = "sha256:" + "fe" * 32
+IDS = {IMAGE_OLD: ID_OLD, IMAGE_NEW: ID_NEW}
 
 
 def write(path, text, mode=0o644):
@@ -90,7 +94,7 @@ class Host:
         self.quadlet = tmp / "containers" / "systemd"
         for name, text in (("systemctl", FAKE_SYSTEMCTL), ("nft", FAKE_NFT), ("podman", FAKE_PODMAN)):
             write(tmp / "bin" / name, text, 0o755)
-        write(tmp / "podman-images", f"{IMAGE_OLD}\n{IMAGE_NEW}\n")
+        write(tmp / "podman-images", f"{IMAGE_OLD}\n{IMAGE_NEW}\n{ID_OLD}\n{ID_NEW}\n")
         for version in ("0.31.0", "0.32.0"):
             write(self.root / f"{version}-x86_64" / "vllm-install.json", json.dumps({"wanted": {"version": version}}))
 
@@ -135,8 +139,9 @@ class Host:
         (self.units / "vllm@.service").unlink()
         (self.units / "vllm@vllm-0.service.d" / "instance.conf").unlink()
         (self.units / "vllm@vllm-0.service.d").rmdir()
-        write(self.quadlet / "vllm@vllm-0.container", f"[Container]\nImage={image}\n")
+        write(self.quadlet / "vllm@vllm-0.container", f"[Container]\nImage={IDS[image]}\n")
         write(self.config / "image", image + "\n")
+        write(self.config / "image-id", IDS[image] + "\n")
         write(self.config / "vllm-0.env", f"VERSION={version}\n")
         write(self.tmp / "podman-secrets" / "vllm-service-api-key", key)
 
@@ -314,7 +319,7 @@ def test_a_container_host_is_snapshotted_by_its_image_and_its_quadlet_files(tmp_
     assert rc == 0, out
     assert (h.snap / "mode").read_text() == "container\n"
     assert (h.snap / "image").read_text().strip() == (h.snap / "active").read_text().strip() == IMAGE_OLD
-    assert (h.snap / "quadlet" / "vllm@vllm-0.container").read_text() == f"[Container]\nImage={IMAGE_OLD}\n"
+    assert (h.snap / "quadlet" / "vllm@vllm-0.container").read_text() == f"[Container]\nImage={ID_OLD}\n"
     assert not (h.snap / "venv").exists() and not (h.snap / "install.json").exists()
     assert list((h.snap / "units").iterdir()) == []
 
@@ -330,7 +335,7 @@ def test_a_container_rollback_gives_back_the_image_its_units_and_its_keys(tmp_pa
     rc, out = h.step("restore")
     assert rc == 0, out
     assert ran(h) == {
-        "quadlet": f"[Container]\nImage={IMAGE_OLD}\n",
+        "quadlet": f"[Container]\nImage={ID_OLD}\n",
         "image": IMAGE_OLD + "\n",
         "template": None,
         "dropin": None,
@@ -355,7 +360,7 @@ def test_a_failed_switch_to_the_venv_mode_rolls_back_to_the_container(tmp_path):
     assert rc == 0, out
     found = ran(h)
     assert (found["quadlet"], found["image"], found["template"], found["dropin"]) == (
-        f"[Container]\nImage={IMAGE_OLD}\n", IMAGE_OLD + "\n", None, None,
+        f"[Container]\nImage={ID_OLD}\n", IMAGE_OLD + "\n", None, None,
     )  # fmt: skip
 
 
@@ -374,8 +379,34 @@ def test_a_container_snapshot_whose_image_is_gone_is_refused(tmp_path):
     h.serve_container("0.31.0", IMAGE_OLD, "k-old", TABLE_OLD)
     assert h.step("snapshot")[0] == 0
     h.serve_container("0.32.0", IMAGE_NEW, "k-new", TABLE_NEW)
-    write(h.tmp / "podman-images", IMAGE_NEW + "\n")
+    write(h.tmp / "podman-images", f"{IMAGE_NEW}\n{ID_NEW}\n")
+    rc, out = h.step("restore")
+    assert rc != 0
+    assert f"the image {IMAGE_OLD} as it was then ({ID_OLD}) is no longer on the host" in out, out
+    assert "Nothing was restored" in out, out
+    assert ran(h)["image"] == IMAGE_NEW + "\n"
+
+
+def test_a_container_snapshot_whose_bits_are_gone_is_refused_though_the_name_is_there(tmp_path):
+    # A forced rebuild gave the old name to new bits and the old ones were removed: the snapshot's units name the
+    # old ID, which no name brings back.
+    h = Host(tmp_path)
+    h.serve_container("0.31.0", IMAGE_OLD, "k-old", TABLE_OLD)
+    assert h.step("snapshot")[0] == 0
+    h.serve_container("0.32.0", IMAGE_NEW, "k-new", TABLE_NEW)
+    write(h.tmp / "podman-images", f"{IMAGE_OLD}\n{IMAGE_NEW}\n{ID_NEW}\n")
+    rc, out = h.step("restore")
+    assert rc != 0
+    assert f"({ID_OLD}) is no longer on the host" in out and "Nothing was restored" in out, out
+
+
+def test_a_container_snapshot_of_an_older_collection_is_checked_by_its_name(tmp_path):
+    h = Host(tmp_path)
+    h.serve_container("0.31.0", IMAGE_OLD, "k-old", TABLE_OLD)
+    (h.config / "image-id").unlink()
+    assert h.step("snapshot")[0] == 0
+    h.serve_container("0.32.0", IMAGE_NEW, "k-new", TABLE_NEW)
+    write(h.tmp / "podman-images", f"{IMAGE_NEW}\n{ID_OLD}\n{ID_NEW}\n")
     rc, out = h.step("restore")
     assert rc != 0
     assert f"the image {IMAGE_OLD} is no longer on the host" in out and "Nothing was restored" in out, out
-    assert ran(h)["image"] == IMAGE_NEW + "\n"

@@ -44,6 +44,7 @@ PROFILES = {
 }
 HOST = "spr-2s-amx"
 IMAGE = "localhost/vllm-cpu:0.32.0-x86_64-3f2a9c1d"
+IMAGE_ID = "sha256:" + "3f2a9c1d" * 8
 VENV = "/opt/vllm/venv"
 MODEL = "/var/lib/vllm/models/tiny-llama"
 NUMA = ("get_mempolicy", "migrate_pages", "set_mempolicy")
@@ -70,6 +71,7 @@ def _knobs(podman_release="5.4.2", unit_memory=None, **change):
         "host": HOST,
         "podman_version": f"podman version {podman}",
         "image": IMAGE,
+        "image_id": IMAGE_ID,
         "user": 998,
         "group": 998,
         "home": "/var/lib/vllm",
@@ -491,7 +493,7 @@ def test_podman_542s_quadlet_runs_exactly_the_podman_args():
     text = QUADLET_542.read_text(encoding="utf-8")
     unit = _golden_units("quadlet-5.4.2")
     argv = _exec_start(text)
-    image = argv.index(IMAGE)
+    image = argv.index(IMAGE_ID)
     assert argv[:2] == ["/usr/bin/podman", "run"]
     flags = _podman_flags(argv[2:image])
     assert set(flags) >= QUADLET_OWN
@@ -526,7 +528,7 @@ def test_the_podman_run_unit_is_the_venv_layout():
     assert _value(template, "Service", "Type") == "notify" and _value(template, "Service", "Delegate") == "yes"
     assert _value(template, "Service", "KillMode") == "mixed"
     argv = _exec_start(dropin)
-    image = argv.index(IMAGE)
+    image = argv.index(IMAGE_ID)
     assert argv[:3] == ["/usr/bin/podman", "run", "--cidfile=/run/vllm@vllm-1.cid"]
     assert argv[3:image] == ["--replace", "--rm", "--cgroups=split", "--sdnotify=conmon", "-d", *unit["podman_args"]]
     assert argv[image + 1 :] == ["vllm", *_serve(instance)["argv"][1:]]
@@ -566,7 +568,7 @@ def test_exec_gives_vllm_every_word_unchanged(podman):
     else:
         dropin = unit["files"]["/etc/systemd/system/vllm@vllm-0.service.d/instance.conf"]
         argv = _exec_start(dropin, "vllm@vllm-0")
-        assert argv[argv.index(IMAGE) + 1 :] == words
+        assert argv[argv.index(IMAGE_ID) + 1 :] == words
 
 
 exec_words = st.lists(
@@ -591,7 +593,7 @@ def test_any_argument_survives_both_unit_styles(extra, podman):
         assert _systemd_split(_value(text, "Container", "Exec")) == words
     else:
         argv = _exec_start(unit["files"]["/etc/systemd/system/vllm@vllm-0.service.d/instance.conf"], "vllm@vllm-0")
-        assert argv[argv.index(IMAGE) + 1 :] == words
+        assert argv[argv.index(IMAGE_ID) + 1 :] == words
 
 
 def test_tensor_parallel_instance_gets_both_nodes_and_a_larger_shm():
@@ -640,6 +642,7 @@ def _instance_with(**change):
 
 P = f"{HOST}: vllm_plan.instances[vllm-1]"
 IMG = f"{HOST}: vllm_service_container_image: is"
+IID = f"{HOST}: vllm_service_container_image (the ID podman image inspect gives it): is"
 K = f"{HOST}: vllm_service_container"
 
 
@@ -673,6 +676,13 @@ K = f"{HOST}: vllm_service_container"
         ({}, {"shm_mib": 16}, VENV, f"{K}_shm_mib: is 16, not a whole number of MiB from 64"),
         ({}, {"podman_version": "4.2.0"}, VENV, f"{HOST}: podman --version: is '4.2.0', older than 4.3.0"),
         ({}, {"image": None}, VENV, f"{IMG} None, not set; fix:"),
+        ({}, {"image_id": ""}, VENV, f"{IID} '', not set; fix:"),
+        ({}, {"image_id": "3f2a9c1d"}, VENV, f"{IID} '3f2a9c1d', not a whole image ID"),
+        ({}, {"image_id": "sha256:" + "a" * 63}, VENV, f"{IID} 'sha256:{'a' * 63}', not a whole"),
+        ({}, {"image_id": "A" * 64}, VENV, f"{IID} '{'A' * 64}', not a whole"),
+        ({}, {"image_id": "a" * 64 + "\n"}, VENV, f"{IID} '{'a' * 64}\\n', not a whole"),
+        ({}, {"image_id": "sha512:" + "a" * 64}, VENV, f"{IID} 'sha512:{'a' * 64}', not a whole"),
+        ({}, {"image_id": IMAGE}, VENV, f"{IID} '{IMAGE}', not a whole"),
         ({}, {"read_only_paths": "/etc/vllm"}, VENV, f"{K}_read_only_paths: is '/etc/vllm"),
         ({}, {"read_only_paths": ["/etc/vllm/tls.crt", "/etc/%"]}, VENV, f"{K}_read_only"),
         ({}, {"stop_timeout": 0}, VENV, f"{HOST}: vllm_service_stop_timeout: is 0, not a whole number from 1"),
@@ -728,6 +738,29 @@ def test_words_no_unit_line_carries_are_refused(extra):
 )
 def test_image_references_of_the_fleets_own_registry(image):
     assert container.image_reference(image) is None
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+@pytest.mark.parametrize("given", [IMAGE_ID, IMAGE_ID.removeprefix("sha256:")])
+def test_the_units_run_the_image_by_its_id_not_by_its_name(style, given):
+    # A name can be given to other bits later (a forced rebuild loaded or pulled under it); the ID cannot, so a
+    # restart runs what the unit was written for, and new bits change the file (and so restart through the rollout).
+    instance = _plan()["instances"][1]
+    unit = container.container_unit(instance, _serve(instance), _knobs(STYLES[style], image_id=given))
+    texts = "\n".join(unit["files"].values())
+    run = [text for text in unit["files"].values() if "[Container]" in text or "ExecStart=" in text]
+    (text,) = run
+    if style.startswith("quadlet"):
+        assert _value(text, "Container", "Image") == IMAGE_ID
+    else:
+        argv = _exec_start(text)
+        assert argv[argv.index(IMAGE_ID) + 1] == "vllm"
+    # The name is only in a comment (for the operator): no word that runs says it.
+    assert all(line.startswith("#") for line in texts.splitlines() if IMAGE in line)
+    comments = " ".join(line for line in texts.splitlines() if line.startswith("#"))
+    assert IMAGE in comments and IMAGE_ID in comments
+    other = container.container_unit(instance, _serve(instance), _knobs(STYLES[style], image_id="b" * 64))
+    assert other["files"] != unit["files"]
 
 
 def test_the_api_key_reaches_the_unit_only_by_its_secret_name():

@@ -377,6 +377,46 @@ def test_image_refs_names_what_units_containers_and_snapshots_use(tmp_path):
     assert found["images"] == [{"Names": [ref], "Created": 1}]
 
 
+def test_image_refs_protects_every_name_of_an_image_named_by_its_id(tmp_path):
+    # The units run images by ID (module_utils/vllm_container.py image_id): the names of those images are kept, and
+    # an image no unit, container or snapshot names by either is not.
+    key = "0123456789abcdef"
+    versions = ("0.32.0", "0.31.0", "0.30.0", "0.29.0", "0.28.0")
+    ids = {version: f"{index:02x}" * 32 for index, version in enumerate(versions)}
+    ref = {version: f"{REPO_NAME}:{version}-x86_64-{key}" for version in ids}
+    quadlet = tmp_path / "quadlet"
+    quadlet.mkdir()
+    (quadlet / "vllm@vllm-0.container").write_text(f"[Container]\nImage=sha256:{ids['0.32.0']}\n")
+    rollout = tmp_path / "rollout" / "r1"
+    (rollout / "quadlet").mkdir(parents=True)
+    (rollout / "quadlet" / "vllm@vllm-0.container").write_text(f"[Container]\nImage=sha256:{ids['0.30.0']}\n")
+    (rollout / "config").mkdir()
+    (rollout / "config" / "image-id").write_text(f"sha256:{ids['0.29.0']}\n")
+    # podman ps: the image as it was named at create (the ID) and its ID bare.
+    (tmp_path / "ps.json").write_text(json.dumps([{"Names": ["vllm-vllm-1"], "Image": f"sha256:{ids['0.31.0']}",
+                                                     "ImageID": ids["0.31.0"]}]))  # fmt: skip
+    images = [{"Id": ids[version], "Names": [ref[version], "localhost/other:1"], "Created": 1} for version in ids]
+    # An ID inside a longer hex run is no ID of the image's.
+    (rollout / "state.json").write_text(json.dumps({"wheel": "ab" + ids["0.28.0"]}))
+    (tmp_path / "images.json").write_text(json.dumps(images))
+    podman = tmp_path / "podman"
+    podman.write_text(FAKE_PODMAN)
+    podman.chmod(0o755)
+    done = subprocess.run(
+        [sys.executable, str(ROLE / "files/image_refs.py"), "--repository", REPO_NAME, "--podman", str(podman),
+         "--unit-dir", str(quadlet), "--snapshot-dir", str(tmp_path / "rollout")],
+        capture_output=True, text=True, check=True, env=dict(os.environ, FAKE=str(tmp_path)),
+    )  # fmt: skip
+    protected = json.loads(done.stdout)["protected"]
+    assert set(protected) == {ref["0.32.0"], ref["0.31.0"], ref["0.30.0"], ref["0.29.0"]}
+    assert protected[ref["0.32.0"]] == f"the unit file {quadlet / 'vllm@vllm-0.container'} (by the image's ID)"
+    assert protected[ref["0.31.0"]].startswith("the container vllm-vllm-1")
+    assert protected[ref["0.30.0"]].startswith("the rollout snapshot")
+    # And prune keeps them, whatever vllm_image_keep says.
+    decision = image.prune_decision(images, REPO_NAME, protected, 1)
+    assert [item["reference"] for item in decision["remove"]] == [ref["0.28.0"]]
+
+
 def _task(tasks, name):
     for task in tasks:
         if task.get("name") == name:

@@ -49,15 +49,18 @@ def status(host, instance, pid="self"):
 def test_each_instance_is_a_quadlet_unit_of_the_fleets_image(host, plan):
     image = host.file("/etc/vllm/image").content_string.strip()
     assert re.fullmatch(r"localhost/vllm-cpu-fleet/vllm:0\.\d+\.\d+-[A-Za-z0-9_.-]+-[0-9a-f]{16}", image), image
+    # The units run the image by the ID its name has (a name can later be given to other bits; an ID cannot).
+    image_id = host.check_output(f"podman image inspect --format '{{{{.Id}}}}' {image}")
+    assert host.file("/etc/vllm/image-id").content_string == f"sha256:{image_id}\n"
     for instance in plan["instances"]:
         name = instance["name"]
         unit = host.file(f"/etc/containers/systemd/vllm@{name}.container").content_string
-        assert f"Image={image}" in unit.splitlines()
+        assert f"Image=sha256:{image_id}" in unit.splitlines()
         fragment = host.check_output(f"systemctl show -p FragmentPath --value vllm@{name}.service")
         assert fragment == f"/run/systemd/generator/vllm@{name}.service"
         assert host.service(f"vllm@{name}.service").is_running
         # The container runs the image the unit names, nothing pulled.
-        assert host.check_output(f"podman inspect --format '{{{{.ImageName}}}}' vllm-{name}") == image
+        assert host.check_output(f"podman inspect --format '{{{{.Image}}}}' vllm-{name}") == image_id
     # No venv mode left: no drop-in would replace Quadlet's ExecStart=, no version link.
     assert host.run("ls -d /etc/systemd/system/vllm@*").stdout == ""
     assert not host.file("/opt/vllm/current").exists
