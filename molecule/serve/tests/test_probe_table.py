@@ -2,7 +2,10 @@
 certificate): the podman host (an outsider), a load balancer,
 the monitoring host, the other vLLM host (a peer) and the vLLM host itself probe the load balancer's routes (path
 tricks included), the host's instance ports and every other listener it has, with no key, an empty key, a wrong key
-and the right one. The table is printed; each cell is checked against what closed by default allows."""
+and the right one. The table is printed; each cell is checked against what closed by default allows.
+
+molecule/container/tests/test_probe_table.py runs the same table in container mode with its own SHAPE (no
+monitoring host there)."""
 
 import collections
 import json
@@ -16,6 +19,9 @@ import pytest
 from conftest import get_host
 
 testinfra_hosts = ["ansible://serve-vllm-1"]
+# The scenario's hosts by role: the target (testinfra_hosts), its load balancer, the monitoring host (or None) and a
+# peer vLLM host, which is outside the target's firewall.
+SHAPE = {"target": "serve-vllm-1", "lb": "serve-lb", "monitoring": "serve-mon", "peer": "serve-vllm-2"}
 
 PROJECT = Path(__file__).resolve().parents[3]
 CA_FILE = PROJECT / ".cache/tls/ca.crt"
@@ -103,8 +109,7 @@ def named_path(path):
     return posixpath.normpath(decoded) + ("/" if decoded.endswith("/") else "")
 
 
-@pytest.fixture(scope="module")
-def fleet(host, request):
+def read_fleet(host, request, shape):
     own = host.interface("eth0").addresses[0]
     plan = json.loads(host.file("/etc/vllm/plan.json").content_string)
     secrets = host.file("/etc/vllm/secrets.env").content_string
@@ -112,16 +117,23 @@ def fleet(host, request):
     ports = {i["port"] for i in plan["instances"]}
     # The exporters are what the monitoring host scrapes here besides the instances. `ss` cannot name them: without
     # CAP_SYS_PTRACE a container's root does not see another user's sockets' processes.
-    scraped = get_host("serve-mon", request).file("/etc/prometheus/prometheus.yml").content_string
-    exporters = {int(port) for port in re.findall(rf"['\"]{re.escape(own)}:(\d+)['\"]", scraped)} - ports
+    exporters = set()
+    if shape["monitoring"]:
+        scraped = get_host(shape["monitoring"], request).file("/etc/prometheus/prometheus.yml").content_string
+        exporters = {int(port) for port in re.findall(rf"['\"]{re.escape(own)}:(\d+)['\"]", scraped)} - ports
     others = set()
     for line in host.check_output("ss -Hltn").splitlines():
         port = int(line.split()[3].rpartition(":")[2])
         if port not in ports | exporters | {22}:
             others.add(port)
-    lb_address = get_host("serve-lb", request).interface("eth0").addresses[0]
+    lb_address = get_host(shape["lb"], request).interface("eth0").addresses[0]
     return {"own": own, "ports": sorted(ports), "others": sorted(others), "exporters": sorted(exporters), "key": key,
             "lb": lb_address}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fleet(host, request):
+    return read_fleet(host, request, SHAPE)
 
 
 def jobs_for(fleet):
@@ -154,14 +166,15 @@ def run_probe(vantage, jobs, request, host):
     return json.loads(where.check_output("python3 -c %s %s %s", PROBE_SCRIPT, json.dumps(jobs), cadata))
 
 
-def problems(vantage, job, result):
+def problems(vantage, job, result, shape=None):
     """What closed by default forbids in this cell (an empty list: allowed)."""
+    shape = shape or SHAPE
     said = answer(result)
     status = said.split()[0]
     found = []
     if job["kind"] == "tcp":
         # vLLM's internal listeners (ZMQ, gloo) answer the host itself; the exporters also the monitoring host.
-        admitted = ("self", "serve-mon") if job["target"] == "exporters" else ("self",)
+        admitted = ("self", shape["monitoring"]) if job["target"] == "exporters" else ("self",)
         if vantage not in admitted and said == "connected":
             found.append(f"a listener ({job['target']}) answers a host it should not")
         return found
@@ -177,7 +190,7 @@ def problems(vantage, job, result):
             found.append("the load balancer did not answer")
         return found
     # An instance port: only the load balancers and the monitoring host get through the firewall.
-    if vantage in ("outsider", "serve-vllm-2"):
+    if vantage in ("outsider", shape["peer"]):
         if status != "0":
             found.append("an instance port answers a host outside the firewall's sources")
         return found
@@ -188,32 +201,39 @@ def problems(vantage, job, result):
     return found
 
 
-def test_every_vantage_point_gets_what_closed_by_default_allows_and_no_more(host, fleet, request, capsys):
+def probe_table(host, fleet, request, capsys, shape):
+    """Every vantage point's answers; fails naming each forbidden cell, after the positive controls' cells."""
     jobs = jobs_for(fleet)
     table = collections.defaultdict(collections.Counter)
     found = []
-    results = {}
-    for vantage in ("outsider", "serve-lb", "serve-mon", "serve-vllm-2", "self"):
-        results[vantage] = run_probe(vantage, jobs, request, host)
-        assert len(results[vantage]) == len(jobs), vantage
-        for job, result in zip(jobs, results[vantage], strict=True):
+    vantages = ["outsider", shape["lb"], *([shape["monitoring"]] if shape["monitoring"] else []), shape["peer"], "self"]
+    for vantage in vantages:
+        results = run_probe(vantage, jobs, request, host)
+        assert len(results) == len(jobs), vantage
+        for job, result in zip(jobs, results, strict=True):
             table[(vantage, job["target"], job["keylabel"])][answer(result)] += 1
             found += [f"{vantage} -> {job['target']} key {job['keylabel']}: {job.get('method', 'tcp')} "
                       f"{job.get('path', job.get('port'))}: {answer(result)}: {problem}"
-                      for problem in problems(vantage, job, result)]  # fmt: skip
-    lines = [f"{'vantage':<13} {'target':<14} {'key':<6} answers (count)"]
+                      for problem in problems(vantage, job, result, shape)]  # fmt: skip
+    lines = [f"{'vantage':<17} {'target':<14} {'key':<6} answers (count)"]
     for (vantage, target, label), counts in table.items():
         lines.append(
-            f"{vantage:<13} {target:<14} {label:<6} " + ", ".join(f"{a} x{n}" for a, n in sorted(counts.items()))
+            f"{vantage:<17} {target:<14} {label:<6} " + ", ".join(f"{a} x{n}" for a, n in sorted(counts.items()))
         )
     with capsys.disabled():
-        print("\nProbe table (serve-vllm-1 as the target host):\n" + "\n".join(lines))
+        print(f"\nProbe table ({shape['target']} as the target host):\n" + "\n".join(lines))
     assert not found, "\n".join(found) + "\n\n" + "\n".join(lines)
     # The positive controls: the right key generates through the load balancer from outside, and on an instance
-    # port from the load balancer's host; the open paths answer the admitted hosts without a key.
+    # port from the load balancer's host.
     cells = {key: set(counts) for key, counts in table.items()}
     assert "200 produced" in cells[("outsider", "lb", "right")], lines
-    assert "200 produced" in cells[("serve-lb", f"instance:{fleet['ports'][0]}", "right")], lines
+    assert "200 produced" in cells[(shape["lb"], f"instance:{fleet['ports'][0]}", "right")], lines
+    return cells, lines
+
+
+def test_every_vantage_point_gets_what_closed_by_default_allows_and_no_more(host, fleet, request, capsys):
+    cells, lines = probe_table(host, fleet, request, capsys, SHAPE)
+    # The open paths answer the admitted hosts without a key; the exporters the monitoring host.
     assert "200 metrics" in cells[("serve-mon", f"instance:{fleet['ports'][0]}", "none")], lines
     assert fleet["others"] and fleet["exporters"], f"nothing to probe besides the instance ports: {fleet}"
     assert cells[("serve-mon", "exporters", "-")] == {"connected"}, lines
