@@ -393,8 +393,8 @@ def test_image_refs_protects_every_name_of_an_image_named_by_its_id(tmp_path):
     (rollout / "config").mkdir()
     (rollout / "config" / "image-id").write_text(f"sha256:{ids['0.29.0']}\n")
     # podman ps: the image as it was named at create (the ID) and its ID bare.
-    (tmp_path / "ps.json").write_text(json.dumps([{"Names": ["vllm-vllm-1"], "Image": f"sha256:{ids['0.31.0']}",
-                                                     "ImageID": ids["0.31.0"]}]))  # fmt: skip
+    container = {"Names": ["vllm-vllm-1"], "Image": f"sha256:{ids['0.31.0']}", "ImageID": ids["0.31.0"]}
+    (tmp_path / "ps.json").write_text(json.dumps([container]))
     images = [{"Id": ids[version], "Names": [ref[version], "localhost/other:1"], "Created": 1} for version in ids]
     # An ID inside a longer hex run is no ID of the image's.
     (rollout / "state.json").write_text(json.dumps({"wheel": "ab" + ids["0.28.0"]}))
