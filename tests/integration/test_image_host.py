@@ -53,7 +53,8 @@ def _tasks(tmp):
         else (REPO / path).read_text()
     )
     tasks = yaml.safe_load(text)
-    assert tasks[0]["name"].startswith("Check podman") and tasks[1]["name"] == "Work out the image this host serves from"
+    assert tasks[0]["name"].startswith("Check podman")
+    assert tasks[1]["name"] == "Work out the image this host serves from"
     (tmp / "host_tasks.yml").write_text(yaml.safe_dump(tasks[2:], sort_keys=False))
     return tmp / "host_tasks.yml"
 
@@ -84,7 +85,8 @@ def run(tmp, transfer, store, published, registry=None):
                   {"name": "Say what it set", "ansible.builtin.debug": {"msg": "set {{ vllm_image_reference }}"}}],
     }]  # fmt: skip
     (tmp / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    inventory = {"all": {"hosts": {"web-1": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {"all": {"hosts": {"web-1": host}}}
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inventory))
     proc = subprocess.run(
         [ANSIBLE_PLAYBOOK, "-i", str(tmp / "inventory.yml"), str(tmp / "play.yml")],
@@ -125,7 +127,7 @@ def test_a_host_with_other_bits_under_the_name_is_given_the_builders(tmp_path, t
 
 
 def test_a_registry_serving_other_bits_than_the_builders_is_refused(tmp_path):
-    rc, out, store, _log = run(tmp_path, "registry", {}, BUILT, registry={NAME: OTHER})
+    rc, out, _store, _log = run(tmp_path, "registry", {}, BUILT, registry={NAME: OTHER})
     assert rc != 0
     flat = " ".join(out.split())
     assert f"web-1: {NAME} on this host is image {OTHER}" in flat, out
