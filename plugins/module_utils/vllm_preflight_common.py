@@ -78,6 +78,8 @@ BOUNDS = {
     "vllm_install_min_free_gib": (0, None),
     "vllm_image_keep": (1, None),
     "vllm_image_base_refresh_days": (0, 3650),
+    "monitoring_certificate_warning_days": (1, 3650),
+    "monitoring_certificate_critical_days": (0, 3650),
     "vllm_image_min_free_gib": (0, None),
     "vllm_service_container_shm_mib": (64, 1048576),
     "vllm_service_max_model_len": (1, None),

@@ -173,6 +173,13 @@ def monitoring(host, v, monitoring_host=True, loadbalancer=False):
             number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
             if number is None or not math.isfinite(number) or number <= 0:
                 problems.append(f"{host}: {name}: is {value!r}, not a positive number; fix: set it to {wanted}.")
+        warning, critical = v.get("monitoring_certificate_warning_days"), v.get("monitoring_certificate_critical_days")
+        if isinstance(warning, int) and isinstance(critical, int) and critical >= warning:
+            problems.append(
+                f"{host}: monitoring_certificate_critical_days: is {critical}, not below"
+                f" monitoring_certificate_warning_days ({warning}): the warning would never fire before the critical"
+                " alert; fix: fewer critical days than warning days, such as 3 and 21."
+            )
         problems += networks(host, "monitoring_ui_allow", v)
         listen = v.get("monitoring_prometheus_listen_address")
         if isinstance(listen, str) and listen and not (_is_address(listen) or HOST_NAME.match(listen)):

@@ -59,7 +59,8 @@ def exported(job):
 
 
 def state_names():
-    """The state timer's series: its exposition of a state with every family present."""
+    """The node exporter's textfile series: the state timer's exposition of a state with every family present, and
+    the certificate timer's."""
     import importlib.util
 
     path = ROOT / "roles/vllm_service/files/vllm_fleet_state.py"
@@ -75,7 +76,14 @@ def state_names():
         "run_lock": {"present": True, "held": True, "run": "r", "lease_end": 2},
         "rollout": {"present": True, "phase": "drain", "time": 1},
     }
-    return exposition_names(state.exposition(full))
+    names = exposition_names(state.exposition(full))
+    # The certificate timer's series (roles/monitoring/files/vllm_certificates.py), every host's textfile too.
+    path = ROOT / "roles/monitoring/files/vllm_certificates.py"
+    spec = importlib.util.spec_from_file_location("vllm_certificates_names", path)
+    certificates = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(certificates)
+    read = {"ok": True, "error": "", "certificates": [{"not_before": 1, "not_after": 2, "subject": "s"}]}
+    return names | exposition_names(certificates.exposition({("ca", "/etc/ca.crt"): read}, 1))
 
 
 def contract():

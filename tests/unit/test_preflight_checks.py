@@ -1443,10 +1443,24 @@ def test_a_fleet_host_checks_only_the_exporters_knobs():
         {"monitoring_prometheus_listen_address": "10.0.0.2"},
         {"monitoring_prometheus_listen_address": "mon-1.example.com"},
         {"monitoring_node_exporter_port": 1, "monitoring_prometheus_port": 65535},
+        {"monitoring_certificate_warning_days": 30, "monitoring_certificate_critical_days": 0},
+        {"monitoring_certificate_warning_days": 2, "monitoring_certificate_critical_days": 1},
     ],
 )
 def test_monitoring_inputs_the_programs_read_pass(changes):
     assert checks.monitoring("mon", monitoring_defaults(**changes), monitoring_host=True, loadbalancer=True) == []
+
+
+@pytest.mark.parametrize(("warning", "critical"), [(21, 21), (3, 21), (1, 1)])
+def test_the_critical_certificate_days_are_below_the_warning_days(warning, critical):
+    changes = {"monitoring_certificate_warning_days": warning, "monitoring_certificate_critical_days": critical}
+    (problem,) = checks.monitoring("mon", monitoring_defaults(**changes))
+    assert problem.startswith(f"mon: monitoring_certificate_critical_days: is {critical}, not below")
+    assert "fix:" in problem
+    # Out of range is the bounds' to say, with the range.
+    assert checks.bounds("mon", {"monitoring_certificate_warning_days": 0})[0].startswith(
+        "mon: monitoring_certificate_warning_days: is 0"
+    )
 
 
 def test_no_webhook_message_repeats_any_part_of_the_url_beyond_its_scheme():

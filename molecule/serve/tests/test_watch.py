@@ -191,6 +191,46 @@ def test_the_running_version_and_the_firewall_table_are_exported_per_host(host, 
     assert firing == ["Watchdog"], firing
 
 
+# The PEM files each kind of host holds where TLS is on (roles/monitoring/vars/main.yml monitoring_certificate_files).
+CERTIFICATE_FILES = {
+    "serve-vllm-1": {"/etc/vllm/tls.crt": "instance", "/etc/vllm/tls-ca.crt": "ca"},
+    "serve-lb": {"/etc/haproxy/tls/server.pem": "loadbalancer", "/etc/haproxy/tls/ca.crt": "ca",
+                 "/etc/haproxy/vllm-backend-ca.crt": "ca"},
+    "serve-mon": {"/etc/prometheus/vllm-backend-ca.crt": "ca"},
+}  # fmt: skip
+
+
+def test_every_hosts_certificates_are_watched_to_their_expiry(host, request):
+    # Each file's certificates as the cryptography library reads them on the controller, against what Prometheus
+    # has from the host's certificate timer: the same notAfter per certificate, by file, kind and place.
+    from cryptography import x509
+
+    wanted = set()
+    for name, files in CERTIFICATE_FILES.items():
+        other = get_host(name, request)
+        for path, kind in files.items():
+            if not other.file(path).exists:
+                continue
+            for index, cert in enumerate(x509.load_pem_x509_certificates(other.file(path).content)):
+                wanted.add((name, path, kind, str(index), str(int(cert.not_valid_after_utc.timestamp()))))
+    assert {entry[:2] for entry in wanted} >= {
+        ("serve-vllm-1", "/etc/vllm/tls.crt"), ("serve-lb", "/etc/haproxy/tls/server.pem"),
+        ("serve-mon", "/etc/prometheus/vllm-backend-ca.crt"),
+    }, wanted  # fmt: skip
+
+    def found():
+        rows = query(host, 'vllm_fleet_certificate_not_after_seconds{host=~"serve-vllm-1|serve-lb|serve-mon"}')
+        return {(r["metric"]["host"], r["metric"]["file"], r["metric"]["kind"], r["metric"]["index"],
+                 str(int(float(r["value"][1])))) for r in rows}  # fmt: skip
+
+    deadline = time.monotonic() + 60  # a scrape interval or two after the timer's last run
+    while found() != wanted and time.monotonic() < deadline:
+        time.sleep(5)
+    assert found() == wanted
+    readable = query(host, 'vllm_fleet_certificate_file_ok{host=~"serve-vllm-1|serve-lb|serve-mon"}')
+    assert readable and {r["value"][1] for r in readable} == {"1"}, readable
+
+
 def test_only_the_monitoring_host_reaches_the_exporters(host, request):
     lb, vllm = get_host("serve-lb", request), get_host("serve-vllm-1", request)
     probe = (
