@@ -2,6 +2,7 @@
 
 import copy
 import functools
+import os
 import re
 import time
 from pathlib import Path
@@ -453,6 +454,17 @@ class ActionModule(ActionBase):
         facts = dict(task_vars.get("ansible_facts", {}))
         recorded = live_servers = None
         probe = self._probe_spec(sections, v)
+        # The controller's model as names, sizes and times: it names the version a host stages
+        # (roles/vllm_service/tasks/model_path.yml), and its size is the room that needs there.
+        model_files = None
+        if "service" in sections and v.get("vllm_service_model_source") == "path" and v.get("vllm_service_model_path"):
+            model_files = vllm_converged.tree_signature(v["vllm_service_model_path"])
+            name = os.path.basename(str(v["vllm_service_model_path"]).rstrip("/"))
+            models = f"{v['vllm_service_home']}/models"
+            probe["service"]["models_dir"] = models
+            probe["service"]["model_version"] = (
+                f"{models}/.versions/{name}@{vllm_converged.digest(model_files)[:16]}"
+            )
         watchers = task_vars.get("groups", {}).get(v.get("monitoring_group", "monitoring"), [])
         if "monitoring" in sections and host in watchers and v.get("monitoring_prometheus_retention_size") == "auto":
             # The size of Prometheus' file system (monitoring_prometheus_retention_size: auto).
@@ -537,6 +549,7 @@ class ActionModule(ActionBase):
         if "service" in sections and host_plan:
             loadbalancers = task_vars.get("groups", {}).get(v["vllm_service_loadbalancer_group"], [])
             problems += checks.service(host, v, facts, host_plan, probe["service"], loadbalancers)
+            problems += checks.model_room(host, v, probe["service"], model_files)
         if "rollout" in sections:
             problems += checks.rollout(host, v)
         if "service" in sections:
@@ -588,12 +601,9 @@ class ActionModule(ActionBase):
                 # A load balancer's servers that are not ready (drain, maint): their hosts take the full run.
                 "not_ready": self._not_ready(live_servers),
             }
-        if "service" in sections and v.get("vllm_service_model_source") == "path" and v.get("vllm_service_model_path"):
-            # The controller's model as names, sizes and times: the role skips its copy while this and the host's
-            # files are what the last copy left (roles/vllm_service/tasks/model_path.yml).
-            new_facts["vllm_service_model_files"] = vllm_converged.digest(
-                vllm_converged.tree_signature(v["vllm_service_model_path"])
-            )
+        if model_files is not None:
+            # The role skips its copy while this and the host's files are what the version's copy left.
+            new_facts["vllm_service_model_files"] = vllm_converged.digest(model_files)
         result.update(changed=False, ansible_facts=new_facts)
         return result
 

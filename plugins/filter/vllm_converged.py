@@ -1,7 +1,10 @@
-"""Thin Jinja2 filters over the converged record (module_utils/vllm_converged.py): the decision, the inputs' digest."""
+"""Thin Jinja2 filters over the converged record (module_utils/vllm_converged.py): the decision, the inputs' digest,
+the digest of a controller tree (a model)."""
+
+import os
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import decide_fleet, digest
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import decide_fleet, digest, tree_signature
 
 
 def _plain(value):
@@ -44,6 +47,20 @@ def vllm_converged_digest(inputs):
     return digest(_plain(inputs))
 
 
+def vllm_converged_tree_digest(path):
+    """The digest of a controller directory's files (names, sizes, times): preflight's vllm_service_model_files."""
+    if not isinstance(path, str) or not os.path.isdir(path):
+        raise AnsibleFilterError(
+            f"vllm_converged_tree_digest: {path!r} is not a directory on the controller; "
+            "fix: set vllm_service_model_path to the model's directory"
+        )
+    return digest(tree_signature(path))
+
+
 class FilterModule:
     def filters(self):
-        return {"vllm_converged_decide": vllm_converged_decide, "vllm_converged_digest": vllm_converged_digest}
+        return {
+            "vllm_converged_decide": vllm_converged_decide,
+            "vllm_converged_digest": vllm_converged_digest,
+            "vllm_converged_tree_digest": vllm_converged_tree_digest,
+        }

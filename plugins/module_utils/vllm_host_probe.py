@@ -8,9 +8,10 @@
   (``vllm-install.json``) of every ``<root>/<version>-*`` directory, the active-version link, and which
   of those directories a rollout snapshot or record in snapshot_dirs names.
 - ``build``: {python, dirs} -> the build Python's version, MemAvailable, the least free space under dirs.
-- ``service``: {user, listen_address} -> every listening TCP socket (port, pid, comm, and whether it
-  belongs to one of our vllm@ instances), the addresses listen_address resolves to, free /dev/shm,
-  the effective capabilities, and whether /sys/fs/cgroup is cgroup v2.
+- ``service``: {user, listen_address, [models_dir, model_version]} -> every listening TCP socket (port, pid,
+  comm, and whether it belongs to one of our vllm@ instances), the addresses listen_address resolves to, free
+  /dev/shm, the effective capabilities, whether /sys/fs/cgroup is cgroup v2; with a controller model, the free
+  space under models_dir and the bytes its version (model_version) holds already.
 - ``converged``: {path} -> the converged record there and whether its witnesses still hold
   (module_utils/vllm_converged.py).
 - ``storage``: {path} -> the size of the file system that holds path (a monitoring host's Prometheus storage).
@@ -299,14 +300,33 @@ def cap_eff():
     return "0"
 
 
+def tree_bytes(root):
+    """The bytes of the files under root (0 when it is not there)."""
+    total = 0
+    for current, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(current, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
 def service(spec):
-    return {
+    found = {
         "listeners": listeners(spec["user"]),
         "listen_ips": resolve(spec["listen_address"]),
         "shm_free_mib": shm_free_mib(),
         "cap_eff": cap_eff(),
         "cgroup2": os.path.exists("/sys/fs/cgroup/cgroup.controllers"),
     }
+    if spec.get("model_version"):
+        # The room a controller model's version needs (roles/vllm_service/tasks/model_path.yml): what is free
+        # there, and what the version holds already.
+        found["models_dir"] = spec["models_dir"]
+        found["models_free_bytes"] = free_bytes(spec["models_dir"])
+        found["model_staged_bytes"] = tree_bytes(spec["model_version"])
+    return found
 
 
 def converged(spec):

@@ -109,6 +109,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_serv
     MEMORY_FLAGS,
     SERVICE_ENV,
     SERVICE_FLAGS,
+    model_room,
     service,
     service_sources,
 )
@@ -190,6 +191,7 @@ __all__ = [
     "kind_of",
     "loadbalancer",
     "mode_knobs",
+    "model_room",
     "monitoring",
     "monitoring_platform",
     "names",

@@ -23,6 +23,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import 
 )
 
 # The directories the roles create and own or chmod (and what they do there): never a system directory.
+GIB = 1024**3
 OWNED_DIRECTORIES = {
     "vllm_service_home": "the role makes the service user's home and gives to that user (mode 0750)",
     "vllm_service_config_dir": "the role sets to mode 0750 and a rollback replaces whole (rm -rf)",

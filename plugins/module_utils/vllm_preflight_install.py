@@ -16,9 +16,8 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     torch_pin,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import garbled_pins, select_wheels
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import GIB, _overrides
 
-GIB = 1073741824
 # The wheels' tar arrives in a temporary directory and is unpacked next to it (counted twice), plus slack.
 WHEELHOUSE_SLACK_BYTES = 268435456
 # A build class name: one path component, nothing a shell or a path would read otherwise.

@@ -7,7 +7,7 @@ import re
 from collections import Counter
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides, networks
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import GIB, _overrides, networks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
     Refusal,
     bearer_token,
@@ -129,6 +129,25 @@ SOURCE_LISTS = ("vllm_service_firewall_loadbalancer_sources", "vllm_service_fire
 def service_sources(host, v):
     """The addresses and networks the instance firewall admits, each as nftables and systemd read it."""
     return [problem for name in SOURCE_LISTS for problem in networks(host, name, v)]
+
+
+def model_room(host, v, probe, model_files):
+    """Room under the service's home for the controller's model staged beside the one the instances serve.
+
+    ``model_files``: the controller model's (path, size, mtime) list, or None when no model is copied. ``probe``
+    holds the free bytes there and the bytes the version holds already (a copy that stopped half way, or done).
+    """
+    if model_files is None or "models_free_bytes" not in probe:
+        return []
+    need = sum(entry[1] for entry in model_files) - probe["model_staged_bytes"]
+    if need <= probe["models_free_bytes"]:
+        return []
+    return [
+        f"{host}: vllm_service_home: {probe['models_dir']} has {probe['models_free_bytes'] / GIB:.2f} GiB free; the"
+        f" model vllm_service_model_path ({v['vllm_service_model_path']}) is staged there beside the one the instances"
+        f" serve and needs {need / GIB:.2f} GiB more; fix: free space there (the rollout removes versions nothing"
+        " serves once a host passed its gate), or set vllm_service_home to a larger file system."
+    ]
 
 
 def service(host, v, facts, plan, probe, loadbalancers, controller_file=os.path.isfile):

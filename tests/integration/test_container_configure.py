@@ -117,7 +117,8 @@ def test_configure_in_check_mode_plans_the_container_units(tmp_path):
     assert sorted(found["files"]) == sorted(quadlet)
     # The units run the image by the ID its name has on the host.
     assert all(f"\nImage=sha256:{IMAGE_ID}\n" in text for text in found["texts"]), found["texts"][0]
-    assert found["witness"]["links"] == []
+    # No version link in container mode; the served model's link (a version of the controller's model) is witnessed.
+    assert found["witness"]["links"] == [str(tmp_path / "home" / "models" / "tiny-llama")]
     assert set(quadlet) <= set(found["witness"]["files"])
     assert not [path for path in found["witness"]["files"] if ".service.d" in path or path.endswith("vllm@.service")]
     # Check mode wrote nothing: no unit, no env file, no secret.

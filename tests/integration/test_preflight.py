@@ -304,6 +304,17 @@ def test_each_bad_input_is_named_with_its_fix_and_nothing_changes(tmp_path, mach
             ["nice-string: vllm_build_nice: is 'eighty', not a whole number; fix: write a whole number from -20 to"],
         ),
     }
+    # A controller model larger than the room beside the served one (a sparse 15 TiB file: no copy is ever tried).
+    big = tmp_path / "controller-big-model"
+    big.mkdir()
+    (big / "config.json").write_text("{}")
+    with open(big / "model.safetensors", "wb") as weights:
+        weights.truncate(15 * 1024**4)
+    cases["model-room"] = (
+        {"vllm_service_model_path": str(big)},
+        ["model-room: vllm_service_home: /var/lib/vllm/models has ", f"the model vllm_service_model_path ({big}) is",
+         "staged there beside the one the instances serve and needs 15360.00 GiB more; fix: free space there"],
+    )
     # Something in the way of the converged record: the run's last step could not write it.
     (tmp_path / "record-dir").mkdir()
     cases["record-dir"] = (

@@ -18,6 +18,7 @@ every test fails but test_a_recovery_with_the_same_secrets_or_the_flag_restores,
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -410,3 +411,53 @@ def test_a_container_snapshot_of_an_older_collection_is_checked_by_its_name(tmp_
     rc, out = h.step("restore")
     assert rc != 0
     assert f"the image {IMAGE_OLD} is no longer on the host" in out and "Nothing was restored" in out, out
+
+
+def _serve_model_version(h, version):
+    """models/tiny as tasks/model_path.yml leaves it: a link to .versions/tiny@<version>, which holds the weights."""
+    staged = h.home / "models" / ".versions" / f"tiny@{version}"
+    write(staged / "model.safetensors", f"weights {version}")
+    served = h.home / "models" / "tiny"
+    if served.is_symlink():
+        served.unlink()
+    elif served.exists():
+        shutil.rmtree(served)
+    served.symlink_to(staged)
+    return staged
+
+
+def test_a_rollback_points_the_served_model_back_at_the_version_that_ran(tmp_path):
+    h = Host(tmp_path)
+    h.serve("0.31.0", "k-old", TABLE_OLD, "# middleware 0.31\n", "unused")
+    old = _serve_model_version(h, "v1")
+    rc, out = h.step("snapshot")
+    assert rc == 0, out
+    assert (h.snap / "model-links").read_text() == f"{h.home / 'models' / 'tiny'}\t{old}\n"
+    (h.home / "models" / "tiny").unlink()  # serve() writes weights where the link is
+    h.serve("0.32.0", "k-new", TABLE_NEW, "# middleware 0.32\n", "unused")
+    _serve_model_version(h, "v2")
+    rc, out = h.play([
+        _task("restore", h.tmp),
+        {"name": "Show", "ansible.builtin.debug": {"msg": "DRIFT={{ vllm_service_restore_model_drift }}"}},
+    ])  # fmt: skip
+    assert rc == 0, out
+    assert os.readlink(h.home / "models" / "tiny") == str(old)
+    assert (h.home / "models" / "tiny" / "model.safetensors").read_text() == "weights v1"
+    assert "DRIFT=[]" in out, out  # the version that ran is back: nothing to name
+
+
+def test_a_rollback_refuses_a_snapshot_whose_model_version_is_gone(tmp_path):
+    h = Host(tmp_path)
+    h.serve("0.31.0", "k-old", TABLE_OLD, "# middleware 0.31\n", "unused")
+    old = _serve_model_version(h, "v1")
+    rc, out = h.step("snapshot")
+    assert rc == 0, out
+    (h.home / "models" / "tiny").unlink()
+    h.serve("0.32.0", "k-new", TABLE_NEW, "# middleware 0.32\n", "unused")
+    new = _serve_model_version(h, "v2")
+    shutil.rmtree(old)
+    rc, out = h.step("restore")
+    assert rc != 0
+    assert f"the model version {old} that {h.home / 'models' / 'tiny'} named is no longer on the host" in out, out
+    assert "Nothing was restored" in out, out
+    assert os.readlink(h.home / "models" / "tiny") == str(new) and ran_old(h)["plan"] == "0.32.0"

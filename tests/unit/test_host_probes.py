@@ -30,6 +30,25 @@ def test_service_names_a_foreign_listener_and_what_the_host_has():
     assert found["cgroup2"] == cgroup2_on_sys_fs_cgroup()
 
 
+def test_service_reads_the_room_for_a_model_version_and_what_it_holds_already(tmp_path):
+    version = tmp_path / "models" / ".versions" / "tiny@0123456789abcdef"
+    (version / "sub").mkdir(parents=True)
+    (version / "config.json").write_bytes(b"x" * 10)
+    (version / "sub" / "weights").write_bytes(b"y" * 1000)
+    spec = {"user": "nobody", "listen_address": "localhost", "models_dir": str(tmp_path / "models"),
+            "model_version": str(version)}  # fmt: skip
+    found = probe({"service": spec})["service"]
+    stat = os.statvfs(tmp_path)
+    assert found["model_staged_bytes"] == 1010 and found["models_dir"] == str(tmp_path / "models")
+    assert abs(found["models_free_bytes"] - stat.f_bavail * stat.f_frsize) < 64 * 1024**2
+    # A home that does not exist yet: the room of its nearest existing directory; nothing staged.
+    spec.update(models_dir=str(tmp_path / "new" / "models"), model_version=str(tmp_path / "new" / "models" / "v"))
+    found = probe({"service": spec})["service"]
+    assert found["model_staged_bytes"] == 0 and found["models_free_bytes"] > 0
+    # No controller model (a hub model): nothing read.
+    assert "models_free_bytes" not in probe({"service": {"user": "nobody", "listen_address": "localhost"}})["service"]
+
+
 def cgroup2_on_sys_fs_cgroup():
     """Whether the file system on /sys/fs/cgroup is cgroup2 (v2 alone), as /proc/self/mountinfo says: the last mount
     there is the one seen; a hybrid host's is a tmpfs of v1 hierarchies (v2 in its unified/)."""

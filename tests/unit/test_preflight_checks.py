@@ -333,6 +333,23 @@ def test_good_service_inputs_pass():
     assert checks.service("h", service_vars(), FACTS, PLAN, service_probe(), [], controller_file=lambda p: True) == []
 
 
+def test_a_model_version_that_does_not_fit_beside_the_served_one_is_refused_before_any_change():
+    gib = 1024**3
+    files = [("config.json", 1000, 1), ("model.safetensors", 3 * gib, 2)]
+    room = {"models_dir": "/var/lib/vllm/models", "models_free_bytes": 2 * gib, "model_staged_bytes": 0}
+    (problem,) = checks.model_room("h", service_vars(), room, files)
+    assert problem.startswith("h: vllm_service_home: /var/lib/vllm/models has 2.00 GiB free;"), problem
+    assert "vllm_service_model_path (/models/tiny)" in problem and "needs 3.00 GiB more; fix:" in problem
+    # What the version holds already (a copy that stopped half way) counts; a copy done needs nothing more.
+    assert checks.model_room("h", service_vars(), dict(room, model_staged_bytes=gib + 1000), files) == []
+    assert checks.model_room("h", service_vars(), dict(room, models_free_bytes=0, model_staged_bytes=3 * gib + 1000),
+                             files) == []  # fmt: skip
+    assert checks.model_room("h", service_vars(), dict(room, models_free_bytes=3 * gib + 1000), files) == []
+    # No controller model (a hub model), or an older probe that did not read the room: nothing to judge.
+    assert checks.model_room("h", service_vars(), room, None) == []
+    assert checks.model_room("h", service_vars(), service_probe(), files) == []
+
+
 def test_every_service_problem_is_named_in_one_call():
     v = service_vars(
         vllm_service_block_size=100,
