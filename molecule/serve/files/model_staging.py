@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Where a run staged the controller's model, read from ansible-playbook's output.
 
 Usage: model_staging.py OUTPUT_FILE
