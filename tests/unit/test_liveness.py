@@ -45,7 +45,7 @@ def test_an_instance_that_answered_and_then_stops_is_restarted_after_the_failure
     host.answers = False
     state, line = host.run(state)
     assert state["failures"] == 1 and line == "vllm@vllm-0.service: /health: TimeoutError: timed out (1 of 3 in a row)"
-    state, _ = host.run(state)
+    state, _line = host.run(state)
     assert state["failures"] == 2 and host.restarts == []
     state, line = host.run(state)
     assert host.restarts == ["vllm@vllm-0.service"] and line.endswith("(3 of 3 in a row): restarted it")
@@ -54,10 +54,10 @@ def test_an_instance_that_answered_and_then_stops_is_restarted_after_the_failure
 
 def test_one_answer_between_failures_starts_the_count_again():
     host, state = Host(), {}
-    state, _ = host.run(state)
+    state, _line = host.run(state)
     for answers in (False, False, True, False, False, True, False, False):
         host.answers = answers
-        state, _ = host.run(state)
+        state, _line = host.run(state)
     assert host.restarts == [] and state["failures"] == 2
 
 
@@ -72,10 +72,10 @@ def test_an_instance_that_never_answered_in_its_activation_is_starting_and_is_no
 
 def test_a_restart_by_anyone_else_begins_a_new_activation_and_the_count_again():
     host, state = Host(), {}
-    state, _ = host.run(state)
+    state, _line = host.run(state)
     host.answers = False
-    state, _ = host.run(state)
-    state, _ = host.run(state)
+    state, _line = host.run(state)
+    state, _line = host.run(state)
     host.since = "200"  # the rollout (or a person) restarted it: starting again, not yet answered
     state, line = host.run(state)
     assert state == {"activation": "200", "answered": False, "failures": 0} and line == ""
@@ -133,8 +133,8 @@ def test_main_keeps_each_instances_state_between_runs_and_reads_nothing_without_
     monkeypatch.setattr(liveness, "unit_activation", lambda unit: ("active", "7"))
     monkeypatch.setattr(liveness, "health", lambda address, port, *rest: ("", True) if port == 8000 else ("x", False))
     assert liveness.main(str(config), str(tmp_path / "run")) == 0
-    assert json.loads((tmp_path / "run" / "vllm-0.json").read_text()) == {"activation": "7", "answered": True,
-                                                                           "failures": 0}  # fmt: skip
+    kept = json.loads((tmp_path / "run" / "vllm-0.json").read_text())
+    assert kept == {"activation": "7", "answered": True, "failures": 0}
     assert json.loads((tmp_path / "run" / "vllm-1.json").read_text())["answered"] is False
     config.write_text(json.dumps(dict(CONFIG, instances={})))
     assert liveness.main(str(config), str(tmp_path / "elsewhere")) == 0 and not (tmp_path / "elsewhere").exists()

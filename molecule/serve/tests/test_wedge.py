@@ -38,7 +38,10 @@ def test_a_wedged_instance_is_restarted_by_its_liveness_check_and_by_nothing_els
     config = json.loads(host.check_output("cat /etc/vllm/liveness.json"))
     assert config["instances"] == {i["name"]: i["port"] for i in plan["instances"]}
     health = f"{instance_base(host, instance['name'])}/health"
-    answers = lambda: host.run("python3 -c %s %s %s", HEALTH, health, "/etc/vllm/tls-ca.crt").rc == 0  # noqa: E731
+
+    def answers():
+        return host.run("python3 -c %s %s %s", HEALTH, health, "/etc/vllm/tls-ca.crt").rc == 0
+
     assert host.service("vllm-liveness.timer").is_enabled and host.service("vllm-liveness.timer").is_running
     assert answers(), "the instance does not answer before the test"
     # One check has seen it answer in this activation (the timer runs every few seconds in this scenario).
