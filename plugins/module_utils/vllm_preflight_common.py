@@ -88,6 +88,9 @@ BOUNDS = {
     "vllm_service_max_num_batched_tokens": (1, None),
     "vllm_service_shm_mib_per_instance": (0, None),
     "vllm_service_health_stall_timeout": (1, None),
+    "vllm_service_liveness_interval": (1, 3600),
+    "vllm_service_liveness_timeout": (1, 600),
+    "vllm_service_liveness_failures": (1, 100),
     "vllm_service_health_max_restarts": (0, None),
     "vllm_service_smoke_max_tokens": (1, None),
 }

@@ -58,7 +58,8 @@ PLAY = """
         src: "{repo}/roles/vllm_service/templates/{{{{ item }}}}.j2"
         dest: "{{{{ out }}}}/{{{{ inventory_hostname }}}}.{{{{ item }}}}.out"
         mode: "0644"
-      loop: [vllm@.service, secrets.env, firewall.nft, vllm-firewall.service, nftables-vllm-fleet.conf]
+      loop: [vllm@.service, secrets.env, firewall.nft, vllm-firewall.service, nftables-vllm-fleet.conf,
+             vllm-liveness.service, vllm-liveness.timer]
       delegate_to: localhost
 """
 
@@ -325,6 +326,25 @@ def test_systemd_accepts_the_firewall_unit_and_drop_in(rendered, tmp_path):
         verify = ["systemd-analyze", "verify", str(unit)]
         result = subprocess.run(verify, capture_output=True, text=True, timeout=60, check=False)
         assert unit.name not in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_accepts_the_liveness_check_and_its_timer(rendered, tmp_path):
+    tmp, _unused = rendered
+    for name in ("vllm-liveness.service", "vllm-liveness.timer"):
+        unit = tmp_path / name
+        unit.write_text((tmp / "out" / f"current.{name}.out").read_text())
+    for name in ("vllm-liveness.service", "vllm-liveness.timer"):
+        result = subprocess.run(["systemd-analyze", "verify", str(tmp_path / name)], capture_output=True, text=True,
+                                timeout=60, check=False)  # fmt: skip
+        assert name not in result.stderr, result.stderr
+    timer = (tmp / "out" / "current.vllm-liveness.timer.out").read_text()
+    # After each check ended, never two at once.
+    assert "\nOnUnitInactiveSec=15\n" in timer and "\nWantedBy=timers.target\n" in timer
+    service = (tmp / "out" / "current.vllm-liveness.service.out").read_text()
+    script = "/usr/local/lib/vllm-service/vllm_liveness.py"
+    assert f"\nExecStart=/usr/bin/python3 {script} /etc/vllm/liveness.json /run/vllm-liveness\n" in service
+    assert "\nCapabilityBoundingSet=\n" in service and "\nRuntimeDirectoryPreserve=yes\n" in service
 
 
 # ---- the converged record witnesses the live table, not only its unit ----
