@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Restart a vLLM instance that stopped answering while its unit stays active (vllm-liveness.timer).
 
 Usage: vllm_liveness.py CONFIG STATE_DIR
