@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Send completions through a load balancer until told to stop; count every answer.
 
   python3 tools/loadgen.py --url https://LB:8080 --ca-file .cache/tls/ca.crt \

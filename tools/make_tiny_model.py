@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write a tiny random-weight Llama-style causal LM and its tokenizer, offline.
 
 For tests and demos where no model hub is reachable: vLLM's CPU backend loads and

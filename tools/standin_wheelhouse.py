@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write a wheelhouse whose `vllm` is the stand-in server (tools/standin_vllm/server.py), for the fleet scenario.
 
 Usage: standin_wheelhouse.py --dest DIR --vllm VERSION [--python 3.11]

@@ -24,6 +24,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     InvalidReleaseRowError,
     release_overrides,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import ephemeral_cache_warning
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import is_ip
 
 COLLECTION = Path(__file__).resolve().parents[2]
@@ -383,6 +384,18 @@ class ActionModule(ActionBase):
             return serving, True
         return serving, bool((ActionModule._fleet(task_vars) if fleet is None else fleet).get("containers"))
 
+    def _warn_ephemeral_cache(self, task_vars):
+        """Said once per run (fleet_only): a job of AWX / Automation Platform whose controller cache ends with it."""
+        merged = self._variables(task_vars, [])
+        try:
+            cache = _render(self._templar.copy_with_new_env(available_variables=merged), merged,
+                            merged.get("vllm_fleet_controller_cache"))
+        except AnsibleError:
+            return  # each host's checks name what does not render
+        warning = ephemeral_cache_warning(cache, task_vars, os.environ.get("PWD") or os.getcwd())
+        if warning:
+            display.warning(warning)
+
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
@@ -390,6 +403,7 @@ class ActionModule(ActionBase):
         _unused, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
         if args["fleet_only"]:
             result.update(changed=False, fleet=self._fleet(task_vars))
+            self._warn_ephemeral_cache(task_vars)
             # The inventory's release rows are the fleet's: a known release they replace is said once per run.
             if task_vars.get(releases.OVERRIDES_VARIABLE):
                 try:

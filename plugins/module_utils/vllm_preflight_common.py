@@ -7,6 +7,7 @@ names, the release overrides).
 
 import ipaddress
 import math
+import os
 import re
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import kind_of
@@ -421,3 +422,28 @@ def networks(host, name, v, netmask=False):
         elif refusal:
             problems.append(say(host, f"{name}[{index}]", entry, refusal))
     return problems
+
+
+# What AWX / Automation Platform injects into every job's variables (the older name first).
+JOB_VARIABLES = ("tower_job_id", "awx_job_id")
+# Where ansible-runner keeps a job inside an execution environment: its private data directory, removed with it.
+RUNNER_DIR = "/runner"
+
+
+def ephemeral_cache_warning(cache, task_vars, cwd):
+    """A warning when a job of AWX / Automation Platform keeps the controller cache where the job's end removes it
+    (its working directory, the project's copy, or ansible-runner's /runner), else None. The cache holds the built
+    wheels, the wheelhouse, the sources and the model: lost with each job, every run builds and fetches again."""
+    job = next((task_vars[name] for name in JOB_VARIABLES if task_vars.get(name) not in (None, "")), None)
+    if job is None or not isinstance(cache, str) or not cache:
+        return None
+    path = os.path.normpath(os.path.join(cwd, cache))
+    throwaway = [base for base in (os.path.normpath(cwd), RUNNER_DIR) if path == base or path.startswith(base + "/")]
+    if not throwaway:
+        return None
+    return (
+        f"vllm_fleet_controller_cache: {path} is inside {throwaway[0]}, which job {job} removes when it ends: "
+        "the built wheels, the wheelhouse, the sources and the model are made or fetched again by every job; "
+        "fix: set vllm_fleet_controller_cache to a persistent directory the execution environment mounts "
+        "(AWX: Settings > Jobs > Paths to expose to isolated jobs; a container group: a volume)."
+    )

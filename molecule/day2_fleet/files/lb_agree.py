@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print, as JSON, one load balancer's servers of a backend as haproxy.cfg has them and as HAProxy runs them.
 
 Usage: lb_agree.py CONFIG SOCKET BACKEND. Each side is {server: {"endpoint": "addr:port", "tls": bool}}; the

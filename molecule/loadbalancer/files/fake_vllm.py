@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Stand-in for one vLLM instance in the loadbalancer scenario.
 
 Usage: fake-vllm HOST PORT. Answers GET /health with an empty 200 (as vLLM

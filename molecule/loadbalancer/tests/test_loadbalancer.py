@@ -204,15 +204,15 @@ def test_drain_waits_for_in_flight_requests_and_ready_restores(lb):
     assert sum(answers.values()) == 30
     assert set(answers) == {"lb-backend-1:8000", "lb-backend-1:8001"}, answers
     # Draining again changes nothing.
-    again, _ = backend_state("lb-backend-2", "drain")
+    again, _unused = backend_state("lb-backend-2", "drain")
     assert "changed=0" in again, again
 
-    output, _ = backend_state("lb-backend-2", "ready")
+    output, _unused = backend_state("lb-backend-2", "ready")
     # The state set, and saved to HAProxy's state file.
     assert "changed=2" in output, output
     assert all_up(lb), server_stats(lb)
     assert set(served_by(lb, requests=40)) == ALL_SERVED_BY
-    again, _ = backend_state("lb-backend-2", "ready")
+    again, _unused = backend_state("lb-backend-2", "ready")
     assert "changed=0" in again, again
 
 
@@ -312,7 +312,7 @@ def test_a_client_that_draws_too_many_401s_gets_429_until_its_rate_falls(host):
     minute turns every request from it into 429, the right key's too; another address is not affected."""
     guesser, other = "--interface 127.0.0.3", "--interface 127.0.0.4"
     try:
-        answers = [status_of(host, "/v1/denied", guesser) for _ in range(31)]
+        answers = [status_of(host, "/v1/denied", guesser) for _attempt in range(31)]
         assert answers == [401] * 31, answers
         assert status_of(host, "/v1/denied", guesser) == 429
         assert status_of(host, "/v1/models", guesser) == 429
@@ -434,7 +434,7 @@ def test_2000_idle_connections_leave_room_for_clients(lb):
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
     idle = []
     try:
-        for _ in range(2000):
+        for _attempt in range(2000):
             idle.append(socket.create_connection((LB_ADDRESS, 8080), timeout=5))
         # HAProxy holds them (not only the kernel's backlog)...
         assert wait_for(lambda: int(haproxy_info(lb)["CurrConns"]) >= 2000, timeout=20), haproxy_info(lb)
@@ -642,7 +642,7 @@ def test_a_reload_returns_once_the_new_worker_alone_answers(lb):
     # commands after `systemctl reload`, and a drain sent to it is lost when it leaves.
     old = worker_pid(lb)
     lb.check_output("systemctl reload haproxy")
-    answers = [worker_pid(lb) for _ in range(20)]
+    answers = [worker_pid(lb) for _attempt in range(20)]
     assert old not in answers and len(set(answers)) == 1, (old, answers)
 
 

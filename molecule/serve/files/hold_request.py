@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Keep requests in flight through a load balancer: each sends its headers and
 a first part of its body, then waits, so HAProxy holds a server session for
 it. Closes them when the stop file appears.
@@ -18,7 +17,7 @@ def main(host, port, count, ca_file, key_file, stop_file):
         key = handle.read().strip().encode()
     context = ssl.create_default_context(cafile=ca_file)
     held = []
-    for _ in range(count):
+    for _request in range(count):
         conn = context.wrap_socket(socket.create_connection((host, port), timeout=10), server_hostname=host)
         conn.sendall(
             b"POST /v1/completions HTTP/1.1\r\nHost: lb\r\nContent-Type: application/json\r\n"

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Which hosts restarted vLLM in each batch of a rollout, read from ansible-playbook's output.
 
 Usage: rollout_batches.py OUTPUT_FILE

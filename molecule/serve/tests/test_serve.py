@@ -32,7 +32,7 @@ OPEN_PATHS = {"/health", "/metrics"}
 def parse_cpulist(text):
     cpus = []
     for part in filter(None, text.strip().split(",")):
-        first, _, last = part.partition("-")
+        first, _dash, last = part.partition("-")
         cpus.extend(range(int(first), int(last or first) + 1))
     return cpus
 
@@ -75,7 +75,7 @@ def http(host, url, body=None, key=""):
     ca = backend_ca(host) if url.startswith("https://") else ""
     result = host.run("python3 -c %s %s %s %s %s", script, url, json.dumps(body) if body else "", key or "", ca)
     assert result.rc == 0, result.stderr
-    status, _, text = result.stdout.partition("\n")
+    status, _newline, text = result.stdout.partition("\n")
     try:
         return int(status), json.loads(text)
     except json.JSONDecodeError:
@@ -196,7 +196,7 @@ def lb_address(request):
 
 def test_completions_through_the_load_balancer_over_tls(lb_address, api_key):
     request = {"model": MODEL, "prompt": "Hello", "max_tokens": 5, "temperature": 0}
-    for _ in range(3):
+    for _attempt in range(3):
         status, body = lb_request(lb_address, "/v1/completions", request, api_key)
         assert status == 200 and body["choices"][0]["text"] is not None
     assert lb_request(lb_address, "/v1/completions", request, key="")[0] == 401
@@ -323,7 +323,7 @@ def routes(host):
     pairs = sorted(
         {(m, re.sub(r"\{[^}]*\}", "x", r["path"])) for r in table for m in r["methods"] if m not in ("HEAD", "OPTIONS")}
     )
-    paths = {p for _, p in pairs}
+    paths = {p for _link, p in pairs}
     assert {"/v1/completions", "/v1/chat/completions", "/invocations", "/tokenize", "/health"} <= paths, paths
     return pairs
 

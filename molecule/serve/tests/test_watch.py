@@ -265,7 +265,7 @@ def test_a_drained_server_and_a_stopped_instance_fire_alerts_delivered_to_the_we
         vllm2.check_output(f"systemctl stop vllm@{stopped}")
 
         def fired():
-            names = {(name, status) for name, status, _ in received_alerts(host)}
+            names = {(name, status) for name, status, _unused in received_alerts(host)}
             return {("VllmServerDrained", "firing"), ("VllmInstanceDown", "firing")} <= names or None
 
         # 1 min drained threshold, 30 s instance-down threshold, 5 s scrapes and evaluations, 5 s group wait.
@@ -283,7 +283,10 @@ def test_a_drained_server_and_a_stopped_instance_fire_alerts_delivered_to_the_we
         "import ssl, sys, urllib.request;"
         " urllib.request.urlopen(sys.argv[1], timeout=5, context=ssl.create_default_context(cafile=sys.argv[2]))"
     )
-    healthy = lambda: vllm2.run("python3 -c %s %s %s", script, health, "/etc/vllm/tls-ca.crt").rc == 0  # noqa: E731
+
+    def healthy():
+        return vllm2.run("python3 -c %s %s %s", script, health, "/etc/vllm/tls-ca.crt").rc == 0
+
     wait_for(f"vllm@{stopped} healthy again", healthy, timeout=240)
 
 
@@ -374,6 +377,7 @@ def test_the_report_benchmark_measures_the_fleet_through_the_load_balancer(reque
         timeout=900,
         cwd=PROJECT,
         env={**os.environ, "FLEET_REPORT_DIR": str(tmp_path)},
+        check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert key not in done.stdout + done.stderr
