@@ -1,7 +1,8 @@
 """What Galaxy and Automation Hub run on the collection's artifact: ansible-test sanity on the installed
 copy, with the ignore file it ships (tests/sanity/ignore-2.19.txt names shipped files only), and the
 modules' compile and import tests on every target Python from the floor tests/config.yml declares up to
-the controller's (on the interpreters this machine has; one that is missing is a skip that names it)."""
+the controller's (on the interpreters this machine has; one that is missing is a skip that names it), and
+antsibull-docs' lint of its documentation."""
 
 import ast
 import os
@@ -121,3 +122,15 @@ def test_host_code_parses_with_the_floors_grammar(collection):
         except SyntaxError as error:
             refused.append(f"{path.relative_to(collection)}:{error.lineno}: {error.msg}")
     assert not refused, f"not Python {dotted(FLOOR)}: " + "; ".join(refused)
+
+
+def test_antsibull_docs_lints_the_installed_artifact_clean(collection):
+    # What a docs site of the collection reads: every plugin's and every role entry point's documentation (an
+    # entry point needs a description; a default must be a value of its option's type).
+    result = subprocess.run(
+        [str(BIN / "antsibull-docs"), "lint-collection-docs", "--plugin-docs", str(collection)],
+        cwd=collection, capture_output=True, text=True, timeout=600, check=False,
+        env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collection.parents[2]),
+                 PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}"),
+    )
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout[-4000:] + result.stderr[-4000:]
