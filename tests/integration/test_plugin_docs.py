@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from ansible.module_utils.compat.version import LooseVersion
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_planner
 from conftest import REPO
 
@@ -139,3 +141,27 @@ def test_module_is_documented_with_its_argument_spec(module_docs, name):
         for key in ("type", "default", "choices", "elements"):
             assert documented[option].get(key) == accepted.get(key), f"{name}: {option}: {key} differs"
         assert bool(documented[option].get("required")) == bool(accepted.get("required")), f"{name}: {option}: required"
+
+
+def test_every_filter_and_module_says_the_release_that_added_it(filter_docs, module_docs):
+    """version_added is the release changelogs/changelog.yaml lists the plugin under (antsibull-changelog finds new
+    plugins by it), a released version, or, for one added since the last release, a version after galaxy.yml's."""
+    changelog = yaml.safe_load((REPO / "changelogs/changelog.yaml").read_text())["releases"]
+    listed = {}
+    for release, entry in changelog.items():
+        for plugin in entry.get("plugins", {}).get("filter", []):
+            listed[("filter", plugin["name"])] = release
+        for plugin in entry.get("modules", []):
+            listed[("module", plugin["name"])] = release
+    current = yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
+    wrong = []
+    for kind, docs in (("filter", filter_docs), ("module", module_docs)):
+        for name, entry in docs.items():
+            added = entry["doc"].get("version_added")
+            if not added or added == "historical":
+                wrong.append(f"{kind} {name}: no version_added")
+            elif (kind, name) in listed and added != listed[(kind, name)]:
+                wrong.append(f"{kind} {name}: version_added {added}, changelog.yaml lists it in {listed[(kind, name)]}")
+            elif added not in changelog and LooseVersion(added) <= LooseVersion(current):
+                wrong.append(f"{kind} {name}: version_added {added} is neither a release nor after {current}")
+    assert not wrong, "\n".join(wrong)
