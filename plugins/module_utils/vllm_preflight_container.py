@@ -43,6 +43,7 @@ VENV_ONLY = {
 # Knobs only the container mode reads.
 CONTAINER_ONLY = {
     "vllm_service_container_shm_mib": "the venv units share the host's /dev/shm",
+    "vllm_service_container_allow_cgroup_v1": "the venv units apply their memory limits on cgroup v1 too",
 }
 # The environment the container mode adds to each instance's (vllm_service_container_runtime_env).
 CONTAINER_ENV = ("USER", "LOGNAME")
@@ -147,6 +148,15 @@ def container(host, v, facts, plan, probe, serving, building, wheel_pending=Fals
             " model, the key middleware and the instance's home into the container without SELinux labels (no"
             " :z/:Z), which the policy denies, so no instance would start; fix: serve this host with"
             " vllm_service_mode: venv (the container mode is run and tested without SELinux only)."
+        )
+    if not probe["cgroup2"] and not v.get("vllm_service_container_allow_cgroup_v1"):
+        problems.append(
+            f"{host}: vllm_service_mode: is container, and this host mounts the cgroup v1 (or hybrid) hierarchy at"
+            " /sys/fs/cgroup: the units' MemoryMax=/MemoryHigh= would not reach the container (systemd sets only"
+            " MemoryLimit= there) and crun leaves the containers' devices cgroups behind; fix: boot with the unified"
+            " cgroup v2 hierarchy (systemd.unified_cgroup_hierarchy=1, the default of Debian 11 and later), serve"
+            " this host with vllm_service_mode: venv, or set vllm_service_container_allow_cgroup_v1: true to serve"
+            " without those limits."
         )
     if version is not None and not probe["seccomp_default"]:
         problems.append(

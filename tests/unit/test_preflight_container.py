@@ -357,6 +357,19 @@ def test_an_selinux_enforcing_host_is_refused_for_the_container_mode(tmp_path):
     assert not [problem for problem in builder_only if "SELinux" in problem]
 
 
+def test_a_cgroup_v1_host_is_refused_for_the_container_mode_unless_allowed(tmp_path):
+    wheelhouse(tmp_path)
+    problems, _unused = run(tmp_path, found=container_probe(cgroup2=False))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("h: vllm_service_mode: is container, and this host mounts the cgroup v1")
+    assert "set vllm_service_container_allow_cgroup_v1: true" in problems[0]
+    allowed = dict(container_vars(tmp_path), vllm_service_container_allow_cgroup_v1=True)
+    assert run(tmp_path, v=allowed, found=container_probe(cgroup2=False))[0] == []
+    # cgroup v2, or an image builder that serves nothing: no limit to miss.
+    assert run(tmp_path, found=container_probe(cgroup2=True))[0] == []
+    assert not [p for p in run(tmp_path, found=container_probe(cgroup2=False), serving=False)[0] if "cgroup" in p]
+
+
 @pytest.mark.parametrize(("text", "enforcing"), [("1\n", True), ("0\n", False), (None, False)])
 def test_the_probe_reads_whether_selinux_enforces(tmp_path, text, enforcing):
     from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import selinux_enforcing
