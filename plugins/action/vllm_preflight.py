@@ -586,6 +586,7 @@ class ActionModule(ActionBase):
         if "monitoring" in sections:
             watchers = task_vars.get("groups", {}).get(v["monitoring_group"], [])
             problems += checks.monitoring_platform(host, facts, host in watchers)
+            problems += checks.monitoring_hosts(host, v["monitoring_group"], watchers)
             if "storage" in probe:
                 # monitoring_prometheus_retention_size: auto, from the size of the storage's file system.
                 new_facts["monitoring_prometheus_retention_size_auto"] = checks.auto_retention_size(

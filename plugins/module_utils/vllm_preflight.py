@@ -98,6 +98,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_moni
     SYSTEMD_SPAN_UNITS,
     auto_retention_size,
     monitoring,
+    monitoring_hosts,
     monitoring_platform,
     webhook,
 )
@@ -193,6 +194,7 @@ __all__ = [
     "mode_knobs",
     "model_room",
     "monitoring",
+    "monitoring_hosts",
     "monitoring_platform",
     "names",
     "networks",

@@ -232,6 +232,20 @@ def _monitoring_ports(host, v, monitoring_host, loadbalancer):
 MONITORING_OS_FAMILIES = ("Debian",)
 
 
+def monitoring_hosts(host, group, watchers):
+    """One monitoring host: each host of the group would run a stack of its own (its own Prometheus and
+    Alertmanager, not clustered), so every alert would be sent once per host, a silence made on one would not hold
+    on the other, and the report reads the first host only. Said on each host of the group."""
+    if len(watchers) < 2 or host not in watchers:
+        return []
+    return [
+        f"{host}: monitoring_group: {group!r} holds {len(watchers)} hosts ({', '.join(watchers)}), and the monitoring"
+        " role runs one unclustered stack per host: every alert would reach the receiver once per host, a silence"
+        " made on one would not hold on the others, and the fleet report reads the first only; fix: keep one host"
+        f" in group {group!r} (a second one as a cold standby outside it, converged when it takes over)."
+    ]
+
+
 def monitoring_platform(host, facts, monitoring_host):
     """A host the monitoring role would change (exporters on every fleet host, Prometheus on a monitoring host) must be
     of a family whose packages the role installs; an empty os_family (facts not read) is not judged."""

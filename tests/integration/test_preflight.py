@@ -374,7 +374,8 @@ def test_monitoring_inputs_and_unreachable_targets_are_named_with_their_fix(tmp_
     }
     for variables in (*hosts.values(), *monitoring.values()):
         variables["monitoring_target_address_var"] = "scrape_address"
-    result = run_preflight(tmp_path, machine_root, controller_inputs, hosts, monitoring=monitoring)
+    (tmp_path / "two").mkdir()
+    result = run_preflight(tmp_path / "two", machine_root, controller_inputs, hosts, monitoring=monitoring)
     output = result.stdout
     assert result.returncode != 0
     assert all(host_stats["changed"] == 0 for host_stats in recap(output).values())
@@ -386,6 +387,15 @@ def test_monitoring_inputs_and_unreachable_targets_are_named_with_their_fix(tmp_
     ):
         assert words in bad, bad
     assert "hooks.example" not in bad  # a webhook URL may be its receiver's secret
+    # Two monitoring hosts would be two unclustered stacks: refused (on mon-good: mon-bad stopped at its inputs).
+    two = "mon-good: monitoring_group: 'monitoring' holds 2 hosts (mon-bad, mon-good)"
+    assert two in failure_of(output, "mon-good")
+    (tmp_path / "one").mkdir()
+    result = run_preflight(
+        tmp_path / "one", machine_root, controller_inputs, hosts, monitoring={"mon-good": monitoring["mon-good"]}
+    )
+    output = result.stdout
+    assert result.returncode != 0
     # Checked after the plans, on the monitoring host that passed: every unreachable target at once, the refused
     # ones (nothing listens on 127.0.0.1 there) fine.
     reach = failure_of(output, "mon-good")

@@ -1501,6 +1501,17 @@ def test_the_monitoring_role_refuses_a_family_whose_packages_it_does_not_install
     assert "Prometheus and Alertmanager" in problem
 
 
+def test_more_than_one_monitoring_host_is_refused_on_each_of_them():
+    assert checks.monitoring_hosts("m1", "monitoring", ["m1"]) == []
+    assert checks.monitoring_hosts("v1", "monitoring", []) == []
+    (problem,) = checks.monitoring_hosts("m2", "monitoring", ["m1", "m2"])
+    assert problem.startswith("m2: monitoring_group: 'monitoring' holds 2 hosts (m1, m2)")
+    assert "fix: keep one host" in problem
+    assert len(checks.monitoring_hosts("m1", "monitoring", ["m1", "m2"])) == 1
+    # Said on the monitoring hosts only: a fleet host's checks do not repeat it.
+    assert checks.monitoring_hosts("v1", "monitoring", ["m1", "m2"]) == []
+
+
 def test_monitoring_sources_are_addresses_or_networks_on_every_watched_host():
     assert checks.networks("v1", "monitoring_sources", {"monitoring_sources": ["10.0.0.5", "fd00::/64"]}) == []
     for monitoring_host in (True, False):
