@@ -411,10 +411,16 @@ DEFAULTS = {
     "host": "",
 }
 REQUIRED = ("podman_version", "image", "image_id", "user", "group", "home", "env_file", "seccomp_profile")
-# /dev/shm: the engine's message queue (vLLM 0.32: 160 MiB) and, with TP, each rank's all-reduce buffer of
-# PER_THREAD_SHM_BUFFER_BYTES (4 MiB) per OpenMP thread (csrc/cpu/shm.cpp:14 and :316-323, every era).
-SHM_BASE_MIB = 256
+# /dev/shm, as measured on vLLM 0.32.0 (docs/container-mode.md, "/dev/shm"): the engine's message queue to the
+# workers (160 MiB) and each worker's answer queue (240 MiB), and with TP a third queue (24 MiB) and each rank's
+# all-reduce buffer of PER_THREAD_SHM_BUFFER_BYTES (4 MiB) per OpenMP thread (csrc/cpu/shm.cpp). The queues are
+# sparse files (a tiny model touched under 1 MiB of them), but vLLM refuses to start unless each fits in the free
+# space, and a write past the tmpfs size is a SIGBUS: the size is their whole sum, plus headroom.
+SHM_ENGINE_QUEUE_MIB = 160
+SHM_WORKER_QUEUE_MIB = 240
+SHM_TP_QUEUE_MIB = 24
 SHM_PER_THREAD_MIB = 4
+SHM_HEADROOM_MIB = 64
 # Seconds systemd waits beyond podman's own stop timeout (podman stop, then podman rm).
 STOP_MARGIN = 30
 
@@ -474,17 +480,22 @@ def _whole(value, low, high=None):
     return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
 
 
-def shm_mib(plan_instance, base_mib=SHM_BASE_MIB):
-    """/dev/shm for one instance (MiB, a multiple of 64): ``base_mib`` for the engine queue and, with TP, twice
-    each rank's all-reduce buffer (4 MiB per OpenMP thread of the rank). Doubled as headroom, not measured: the size
-    only caps the tmpfs (its pages count against the unit's memory when written); the Molecule scenario is to
-    measure the peak."""
+def shm_need_mib(plan_instance):
+    """The MiB of /dev/shm one instance's files take at their full size (shm_mib's comment above): what a
+    container's /dev/shm must hold at least."""
     ranks = str(plan_instance.get("omp_threads_bind", "")).split("|")
     tp = plan_instance.get("tp", 1)
-    extra = 0
-    if isinstance(tp, int) and tp > 1:
-        extra = sum(2 * SHM_PER_THREAD_MIB * len(_strict_cpulist(rank) or []) for rank in ranks)
-    total = base_mib + extra
+    tp = tp if isinstance(tp, int) and tp > 0 else 1
+    need = SHM_ENGINE_QUEUE_MIB + SHM_WORKER_QUEUE_MIB * tp
+    if tp > 1:
+        need += SHM_TP_QUEUE_MIB + sum(SHM_PER_THREAD_MIB * len(_strict_cpulist(rank) or []) for rank in ranks)
+    return need
+
+
+def shm_mib(plan_instance, headroom_mib=SHM_HEADROOM_MIB):
+    """/dev/shm for one instance's container (MiB, a multiple of 64): its files' full size and headroom. The size
+    only caps the tmpfs: its pages count against the unit's memory when written, not before."""
+    total = shm_need_mib(plan_instance) + headroom_mib
     return -(-total // 64) * 64
 
 

@@ -15,6 +15,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     podman_env_file,
     podman_version,
     podman_version_ok,
+    shm_need_mib,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import image_plan, registry_problems
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import GIB
@@ -182,6 +183,19 @@ def container(host, v, facts, plan, probe, serving, building, wheel_pending=Fals
             f"{host}: vllm_service_extra_env: sets {', '.join(replaced)}, which the container mode writes (the image"
             " has no account: the service user's name); fix: drop them."
         )
+    shm = v.get("vllm_service_container_shm_mib")
+    if plan and isinstance(shm, int):
+        short = [
+            f"{instance['name']} ({shm_need_mib(instance)} MiB)"
+            for instance in plan.get("instances", [])
+            if isinstance(instance, dict) and shm_need_mib(instance) > shm
+        ]
+        if short:
+            problems.append(
+                f"{host}: vllm_service_container_shm_mib: is {shm}, below what vLLM's shared-memory files take at"
+                f" their full size for {', '.join(short)} (vLLM refuses to start when one does not fit, and a write"
+                " past the size is a SIGBUS); fix: leave it null (sized from the plan) or set at least that."
+            )
     if plan:
         image, found = image_plan(
             plan["vllm_version"],

@@ -357,6 +357,17 @@ def test_an_selinux_enforcing_host_is_refused_for_the_container_mode(tmp_path):
     assert not [problem for problem in builder_only if "SELinux" in problem]
 
 
+def test_a_container_shm_below_the_plans_need_is_refused(tmp_path):
+    wheelhouse(tmp_path)
+    need = max(vllm_container.shm_need_mib(instance) for instance in PLAN["instances"])
+    small = dict(container_vars(tmp_path), vllm_service_container_shm_mib=need - 64)
+    (problem,) = run(tmp_path, v=small)[0]
+    assert problem.startswith(f"h: vllm_service_container_shm_mib: is {need - 64}, below what vLLM's shared-memory")
+    assert f"({need} MiB)" in problem and "fix: leave it null" in problem
+    for fine in (need, None):
+        assert run(tmp_path, v=dict(container_vars(tmp_path), vllm_service_container_shm_mib=fine))[0] == []
+
+
 def test_a_cgroup_v1_host_is_refused_for_the_container_mode_unless_allowed(tmp_path):
     wheelhouse(tmp_path)
     problems, _unused = run(tmp_path, found=container_probe(cgroup2=False))
