@@ -1,11 +1,12 @@
 """Thin Jinja2 filters over module_utils/vllm_image.py: the fleet's own vLLM image (what it is built from, its name)
-and which of a host's images may go."""
+and which of a host's images, and of the archives on the controller and the builders, may go."""
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import (
     image_plan,
     prune_decision,
     repository,
+    store_prune_decision,
 )
 
 
@@ -28,6 +29,20 @@ def vllm_image_prune(images, registry, protected, keep):
         raise AnsibleFilterError(f"vllm_image_prune: {err}") from err
 
 
+def vllm_image_store_prune(files, protected_tags, keep):
+    """Which image archives and manifests (the controller's store, a builder's work root) may go: {remove, keep}."""
+    try:
+        if isinstance(protected_tags, (list, tuple)):
+            protected_tags = dict.fromkeys(protected_tags, "a host of this run runs it or is given it")
+        return store_prune_decision(list(files or []), dict(protected_tags or {}), int(keep))
+    except (ValueError, TypeError) as err:
+        raise AnsibleFilterError(f"vllm_image_store_prune: {err}") from err
+
+
 class FilterModule:
     def filters(self):
-        return {"vllm_image_plan": vllm_image_plan, "vllm_image_prune": vllm_image_prune}
+        return {
+            "vllm_image_plan": vllm_image_plan,
+            "vllm_image_prune": vllm_image_prune,
+            "vllm_image_store_prune": vllm_image_store_prune,
+        }

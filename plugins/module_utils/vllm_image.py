@@ -421,3 +421,58 @@ def prune_decision(images, repository_name, protected, keep):
         else:
             removed.append({"reference": name, "reason": f"older than the {keep} images kept (vllm_image_keep)"})
     return {"remove": removed, "keep": kept}
+
+
+# The controller's store (<vllm_image_store>/<build class>/) and a builder's work root (<vllm_image_work_root>/<tag>/)
+# hold each image as vllm-image-<tag>.tar (and the store its .json manifest).
+_STORE_FILE = re.compile(r"^vllm-image-(?P<tag>.+)\.(?:tar|json)\Z")
+
+
+def store_prune_decision(files, protected_tags, keep):
+    """Which of the image archives and manifests on the controller or a builder may go: {"remove": [...], "keep":
+    [...]}, each {"path", "tag", "reason"}.
+
+    ``files``: the find module's files ({path, mtime}); ``protected_tags``: {tag: why} of the images this run's hosts
+    run or are given; ``keep``: how many images of each build class stay (vllm_image_keep, at least 1), the protected
+    ones first, then the newest by version and time. A file whose name is no image's is left alone. Nothing goes
+    while nothing is protected (a run that planned no container host cannot tell what is in use)."""
+    tags = {}
+    for entry in files or []:
+        path = str(entry.get("path", ""))
+        named = _STORE_FILE.match(os.path.basename(path))
+        found = _TAG.match(named["tag"]) if named else None
+        if not found:
+            continue
+        tag = named["tag"]
+        seen = tags.setdefault(tag, {"version": found["version"], "class": found["rest"], "mtime": 0.0, "paths": []})
+        seen["paths"].append(path)
+        seen["mtime"] = max(seen["mtime"], float(entry.get("mtime") or 0))
+    if not tags or not protected_tags:
+        why = "nothing this run plans names an image: nothing is pruned"
+        return {"remove": [], "keep": [{"path": p, "tag": t, "reason": why} for t in sorted(tags)
+                                       for p in sorted(tags[t]["paths"])]}
+    keep = max(1, int(keep))
+
+    def order(tag):
+        return (public_version_key(tags[tag]["version"]) or (), tags[tag]["mtime"])
+
+    decision = {"remove": [], "keep": []}
+    for build_class in sorted({t["class"] for t in tags.values()}):
+        ranked = sorted((t for t in tags if tags[t]["class"] == build_class), key=order, reverse=True)
+        kept = [t for t in ranked if t in protected_tags]
+        reasons = {t: protected_tags[t] for t in kept}
+        for tag in ranked:
+            if tag in protected_tags:
+                continue
+            if len(kept) < keep:
+                kept.append(tag)
+                reasons[tag] = f"one of the newest {keep} of build class {build_class} (vllm_image_keep)"
+            else:
+                for path in sorted(tags[tag]["paths"]):
+                    decision["remove"].append(
+                        {"path": path, "tag": tag, "reason": f"older than the {keep} images kept (vllm_image_keep)"}
+                    )
+        for tag in kept:
+            decision["keep"] += [{"path": p, "tag": tag, "reason": reasons[tag]} for p in sorted(tags[tag]["paths"])]
+    return decision
+

@@ -285,6 +285,53 @@ def test_prune_removes_nothing_while_nothing_is_named():
     assert decision["remove"] == [] and all("nothing is pruned" in item["reason"] for item in decision["keep"])
 
 
+KEY = "0123456789abcdef"
+
+
+def store(*entries):
+    """find's files for (build class, version, mtime): each image's archive and manifest in the controller's store."""
+    files = []
+    for build_class, version, mtime in entries:
+        tag = f"{version}-{build_class}-{KEY}"
+        files += [
+            {"path": f"/cache/images/{build_class}/vllm-image-{tag}.tar", "mtime": mtime},
+            {"path": f"/cache/images/{build_class}/vllm-image-{tag}.json", "mtime": mtime},
+        ]
+    return files
+
+
+def test_store_prune_keeps_what_the_run_uses_then_the_newest_per_build_class():
+    images_of = store(
+        ("x86_64", "0.30.0", 300), ("x86_64", "0.31.0", 100), ("x86_64", "0.32.0", 50), ("x86_64", "0.29.0", 400),
+        ("avx2", "0.29.0", 10), ("avx2", "0.30.0", 20),
+    )
+    others = [{"path": "/cache/images/x86_64/notes.txt", "mtime": 1}, {"path": "/cache/images/x86_64/vllm-image-x.tar"}]
+    files = [*images_of, *others]
+    protected = {f"0.29.0-x86_64-{KEY}": "a host of this run runs it", f"0.30.0-avx2-{KEY}": "given"}
+    decision = image.store_prune_decision(files, protected, 2)
+    kept = sorted({item["tag"] for item in decision["keep"]})
+    assert kept == sorted([f"0.29.0-x86_64-{KEY}", f"0.32.0-x86_64-{KEY}", f"0.30.0-avx2-{KEY}", f"0.29.0-avx2-{KEY}"])
+    removed = sorted(item["path"] for item in decision["remove"])
+    old = ("0.30.0", "0.31.0")
+    wanted = [f"/cache/images/x86_64/vllm-image-{v}-x86_64-{KEY}.{ext}" for v in old for ext in ("tar", "json")]
+    assert removed == sorted(wanted)
+    # A file whose name is no image's is neither kept nor removed.
+    assert not [item for item in decision["remove"] + decision["keep"] if not item["path"].endswith((".tar", ".json"))]
+    assert all(item["path"] != "/cache/images/x86_64/vllm-image-x.tar" for item in decision["remove"])
+
+
+def test_store_prune_removes_nothing_while_nothing_is_protected():
+    decision = image.store_prune_decision(store(("x86_64", "0.30.0", 1), ("x86_64", "0.31.0", 2)), {}, 1)
+    assert decision["remove"] == [] and all("nothing is pruned" in item["reason"] for item in decision["keep"])
+
+
+def test_store_prune_keeps_every_protected_image_even_beyond_the_count():
+    files = store(*(("x86_64", f"0.3{n}.0", n) for n in range(3)))
+    protected = [f"0.3{n}.0-x86_64-{KEY}" for n in range(3)]
+    decision = image_filters.vllm_image_store_prune(files, protected, 1)
+    assert decision["remove"] == [] and len(decision["keep"]) == 6
+
+
 def test_the_filters_fail_with_every_problem_and_decide_as_the_module_does(tmp_path):
     wheelhouse(tmp_path)
     with pytest.raises(AnsibleFilterError, match="vllm_image_plan found 1 problem"):
