@@ -24,6 +24,8 @@ def vllm_image_plan(version, build_class, arch, options, host=""):
 def vllm_image_prune(images, registry, protected, keep):
     """Which images of the fleet's repository on registry a host may remove: {remove, keep}."""
     try:
+        if isinstance(protected, (list, tuple)):
+            protected = dict.fromkeys(protected, "a host of this run runs it or is given it")
         return prune_decision(images, repository(registry), dict(protected or {}), int(keep))
     except (ValueError, TypeError) as err:
         raise AnsibleFilterError(f"vllm_image_prune: {err}") from err

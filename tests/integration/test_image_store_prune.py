@@ -1,20 +1,44 @@
 """roles/vllm_image tasks_from=prune_store through ansible-playbook, on the controller (local connection): the
 controller's store and a builder's work root keep vllm_image_keep images per build class and every image a host of
-the run is given, and nothing goes in a run that leaves a vLLM host out (a --limit run).
+the run is given, the builder's podman (this machine's, under a registry name of the test's own) keeps
+vllm_image_keep of the fleet's images, and nothing goes in a run that leaves a vLLM host out (a --limit run).
 
 Negative control: VLLM_PRUNE_STORE_TASKS=<a tasks file> runs that file instead of the role's prune_store."""
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import REPO
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 KEY = "0123456789abcdef"
 VERSIONS = ("0.29.0", "0.30.0", "0.31.0", "0.32.0")
+# A registry no other test or scenario names: the images are this test's own.
+REGISTRY = "localhost:5999"
+REPOSITORY = f"{REGISTRY}/vllm-cpu-fleet/vllm"
+
+
+@pytest.fixture
+def builder_images(tmp_path):
+    """The fleet's x86_64 images of every version in this machine's podman (empty, imported); removed after."""
+    empty = tmp_path / "empty.tar"
+    subprocess.run(["tar", "-cf", str(empty), "--files-from", "/dev/null"], check=True)
+    references = [f"{REPOSITORY}:{_tag(version)}" for version in VERSIONS]
+    for reference in references:
+        subprocess.run(["podman", "import", "-q", str(empty), reference], check=True, capture_output=True)
+    yield references
+    subprocess.run(["podman", "rmi", "--ignore", *references], check=False, capture_output=True)
+
+
+def _podman_has(references):
+    listed = subprocess.run(["podman", "images", "--format", "json"], check=True, capture_output=True, text=True)
+    names = {name for image in json.loads(listed.stdout) for name in image.get("Names") or []}
+    return sorted(reference.rsplit(":", 1)[1][:6] for reference in references if reference in names)
 
 
 def _tag(version, build_class="x86_64"):
@@ -43,13 +67,13 @@ def _run(tmp_path, limit=None):
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory = {
         "all": {
-            "vars": {**common, "vllm_image_store": str(store), "vllm_image_keep": 2},
+            "vars": {**common, "vllm_image_store": str(store), "vllm_image_keep": 2, "vllm_image_registry": REGISTRY},
             "children": {
                 # Two container hosts on 0.32.0 (one given it, one running it); a venv host names no image.
                 "vllm_hosts": {
                     "hosts": {
-                        "c1": {"vllm_image_reference": f"localhost/vllm-cpu-fleet/vllm:{_tag('0.32.0')}"},
-                        "c2": {"vllm_image_reference": f"localhost/vllm-cpu-fleet/vllm:{_tag('0.29.0', 'avx2')}"},
+                        "c1": {"vllm_image_reference": f"{REPOSITORY}:{_tag('0.32.0')}"},
+                        "c2": {"vllm_image_reference": f"{REPOSITORY}:{_tag('0.29.0', 'avx2')}"},
                         "v1": {},
                     }
                 },
@@ -82,8 +106,10 @@ def _store(versions, build_class):
     return [f"images/{build_class}/{name}" for name in names]
 
 
-def test_the_store_and_the_builder_keep_the_newest_and_what_the_run_uses(tmp_path):
+def test_the_store_and_the_builder_keep_the_newest_and_what_the_run_uses(tmp_path, builder_images):
     left, _out = _run(tmp_path)
+    # The builder's podman: 0.32.0 (c1's) and the newest other, 0.31.0, of keep 2 in all.
+    assert _podman_has(builder_images) == ["0.31.0", "0.32.0"]
     # x86_64: 0.32.0 (c1's) and the next newest, 0.31.0; avx2: 0.29.0 (c2's) and the newest, 0.32.0.
     wanted = [
         "images/x86_64/README",
@@ -96,8 +122,9 @@ def test_the_store_and_the_builder_keep_the_newest_and_what_the_run_uses(tmp_pat
     assert not (tmp_path / "work" / _tag("0.29.0")).exists()
 
 
-def test_a_limited_run_removes_nothing(tmp_path):
+def test_a_limited_run_removes_nothing(tmp_path, builder_images):
     left, out = _run(tmp_path, limit="c1,c2")
+    assert _podman_has(builder_images) == list(VERSIONS)
     assert len([p for p in left if p.startswith("images/")]) == 17
     assert len([p for p in left if p.startswith("work/")]) == 4
     assert "skipping" in out
