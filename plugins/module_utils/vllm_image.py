@@ -475,4 +475,3 @@ def store_prune_decision(files, protected_tags, keep):
         for tag in kept:
             decision["keep"] += [{"path": p, "tag": tag, "reason": reasons[tag]} for p in sorted(tags[tag]["paths"])]
     return decision
-

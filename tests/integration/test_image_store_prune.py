@@ -128,4 +128,3 @@ def test_a_limited_run_removes_nothing(tmp_path, builder_images):
     assert len([p for p in left if p.startswith("images/")]) == 17
     assert len([p for p in left if p.startswith("work/")]) == 4
     assert "skipping" in out
-
