@@ -10,6 +10,13 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import (
 )
 
 
+def _protected(value):
+    """{name: why}, from a mapping or a list of names (each kept because a host of this run runs it or is given it)."""
+    if isinstance(value, (list, tuple)):
+        return dict.fromkeys(value, "a host of this run runs it or is given it")
+    return dict(value or {})
+
+
 def vllm_image_plan(version, build_class, arch, options, host=""):
     """What the image of (version, build class) is built from and named; fails naming every problem."""
     try:
@@ -24,9 +31,7 @@ def vllm_image_plan(version, build_class, arch, options, host=""):
 def vllm_image_prune(images, registry, protected, keep):
     """Which images of the fleet's repository on registry a host may remove: {remove, keep}."""
     try:
-        if isinstance(protected, (list, tuple)):
-            protected = dict.fromkeys(protected, "a host of this run runs it or is given it")
-        return prune_decision(images, repository(registry), dict(protected or {}), int(keep))
+        return prune_decision(images, repository(registry), _protected(protected), int(keep))
     except (ValueError, TypeError) as err:
         raise AnsibleFilterError(f"vllm_image_prune: {err}") from err
 
@@ -34,9 +39,7 @@ def vllm_image_prune(images, registry, protected, keep):
 def vllm_image_store_prune(files, protected_tags, keep):
     """Which image archives and manifests (the controller's store, a builder's work root) may go: {remove, keep}."""
     try:
-        if isinstance(protected_tags, (list, tuple)):
-            protected_tags = dict.fromkeys(protected_tags, "a host of this run runs it or is given it")
-        return store_prune_decision(list(files or []), dict(protected_tags or {}), int(keep))
+        return store_prune_decision(list(files or []), _protected(protected_tags), int(keep))
     except (ValueError, TypeError) as err:
         raise AnsibleFilterError(f"vllm_image_store_prune: {err}") from err
 

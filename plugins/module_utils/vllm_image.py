@@ -409,18 +409,27 @@ def prune_decision(images, repository_name, protected, keep):
     def order(name):
         return (public_version_key(image_version(name, repository_name)) or (), found[name])
 
-    kept, removed = [], []
-    for name in sorted(found, key=order, reverse=True):
-        if name in protected:
-            kept.append({"reference": name, "reason": protected[name]})
-    for name in sorted(found, key=order, reverse=True):
+    kept, removed = keep_newest(found, order, protected, keep, f"one of the newest {keep} (vllm_image_keep)")
+    return {
+        "remove": [{"reference": name, "reason": why} for name, why in removed],
+        "keep": [{"reference": name, "reason": why} for name, why in kept],
+    }
+
+
+def keep_newest(names, order, protected, keep, newest_reason):
+    """([(name, why)] kept, [(name, why)] removed) of ``names``: every protected one ({name: why}) first, then the
+    newest by ``order`` up to ``keep`` in all; the rest go. The one rule of the hosts' and the stores' prunes."""
+    ranked = sorted(names, key=order, reverse=True)
+    kept = [(name, protected[name]) for name in ranked if name in protected]
+    removed = []
+    for name in ranked:
         if name in protected:
             continue
         if len(kept) < keep:
-            kept.append({"reference": name, "reason": f"one of the newest {keep} (vllm_image_keep)"})
+            kept.append((name, newest_reason))
         else:
-            removed.append({"reference": name, "reason": f"older than the {keep} images kept (vllm_image_keep)"})
-    return {"remove": removed, "keep": kept}
+            removed.append((name, f"older than the {keep} images kept (vllm_image_keep)"))
+    return kept, removed
 
 
 # The controller's store (<vllm_image_store>/<build class>/) and a builder's work root (<vllm_image_work_root>/<tag>/)
@@ -458,20 +467,15 @@ def store_prune_decision(files, protected_tags, keep):
 
     decision = {"remove": [], "keep": []}
     for build_class in sorted({t["class"] for t in tags.values()}):
-        ranked = sorted((t for t in tags if tags[t]["class"] == build_class), key=order, reverse=True)
-        kept = [t for t in ranked if t in protected_tags]
-        reasons = {t: protected_tags[t] for t in kept}
-        for tag in ranked:
-            if tag in protected_tags:
-                continue
-            if len(kept) < keep:
-                kept.append(tag)
-                reasons[tag] = f"one of the newest {keep} of build class {build_class} (vllm_image_keep)"
-            else:
-                for path in sorted(tags[tag]["paths"]):
-                    decision["remove"].append(
-                        {"path": path, "tag": tag, "reason": f"older than the {keep} images kept (vllm_image_keep)"}
-                    )
-        for tag in kept:
-            decision["keep"] += [{"path": p, "tag": tag, "reason": reasons[tag]} for p in sorted(tags[tag]["paths"])]
+        kept, removed = keep_newest(
+            [t for t in tags if tags[t]["class"] == build_class],
+            order,
+            protected_tags,
+            keep,
+            f"one of the newest {keep} of build class {build_class} (vllm_image_keep)",
+        )
+        for side, chosen in (("keep", kept), ("remove", removed)):
+            decision[side] += [
+                {"path": path, "tag": tag, "reason": why} for tag, why in chosen for path in sorted(tags[tag]["paths"])
+            ]
     return decision
