@@ -98,6 +98,23 @@ def vllm_lb_endpoint_changes(config_text, backend, servers, wanted=None):
     return endpoint_changes(config_text, backend, servers, wanted)
 
 
+def vllm_lb_retired_on(views, host, planned):
+    """The load balancers of `views` ({load balancer: {server: state}}) that have a server of `host` its plan
+    dropped (not among `planned`), in the views' order."""
+    return [lb for lb, servers in (views or {}).items() if retired_servers(list(servers), host, planned)]
+
+
+def vllm_lb_not_ready_on(views):
+    """The load balancers of `views` ({load balancer: {server: administrative state}}) on which some server is not
+    'ready' (drain or maint), in the views' order."""
+    return [lb for lb, servers in (views or {}).items() if any(state != "ready" for state in servers.values())]
+
+
+def vllm_lb_busy(counts):
+    """'<server> (<n> in flight)' for each server of `counts` ({server: requests in flight}) with any, in order."""
+    return [f"{server} ({count} in flight)" for server, count in (counts or {}).items() if count > 0]
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -111,4 +128,7 @@ class FilterModule:
             "vllm_lb_retired_servers": vllm_lb_retired_servers,
             "vllm_lb_capacity": vllm_lb_capacity,
             "vllm_lb_endpoint_changes": vllm_lb_endpoint_changes,
+            "vllm_lb_retired_on": vllm_lb_retired_on,
+            "vllm_lb_not_ready_on": vllm_lb_not_ready_on,
+            "vllm_lb_busy": vllm_lb_busy,
         }

@@ -3,6 +3,7 @@
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import (
     SerialError,
     batch_sizes,
@@ -38,10 +39,17 @@ def vllm_rollout_order(hosts, keys):
     return {"hosts": order, "canaries": canaries}
 
 
+def vllm_rollout_hosts_where(hosts, hostvars, name):
+    """The hosts of `hosts` whose variable `name` is true (Ansible's booleans: 'yes', 'true', 1...); a host without
+    it is left out."""
+    return [host for host in hosts if boolean(hostvars[host].get(name, False), strict=False)]
+
+
 class FilterModule:
     def filters(self):
         return {
             "vllm_rollout_serial": vllm_rollout_serial,
             "vllm_rollout_batches": vllm_rollout_batches,
             "vllm_rollout_order": vllm_rollout_order,
+            "vllm_rollout_hosts_where": vllm_rollout_hosts_where,
         }

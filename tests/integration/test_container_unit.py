@@ -36,7 +36,7 @@ PLAY = """
     - name: Plan
       ansible.builtin.include_role:
         name: vllm.cpu_fleet.vllm_plan
-    - name: What container.yml reads on the host
+    - name: What units_container.yml reads on the host
       ansible.builtin.set_fact:
         vllm_service_podman_facts: >-
           {{{{ podman_version_text | vllm.cpu_fleet.vllm_container_podman(inventory_hostname) }}}}

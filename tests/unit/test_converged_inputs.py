@@ -64,7 +64,6 @@ COVERED = {
             "query",
             "now",
             "item",
-            "_",
         ],
         "Ansible's",
     ),

@@ -262,7 +262,7 @@ def test_a_container_host_gets_the_container_room_instead_of_the_install():
 
 
 def test_a_container_host_gets_the_service_rooms_refusals_of_the_extra_environment_and_arguments():
-    # The container unit's environment file is made of the same vllm_service_extra_env (tasks/container.yml), and
+    # The container unit's environment file is made of the same vllm_service_extra_env (tasks/units_container.yml), and
     # its Exec= of the same vllm_service_extra_args: what the key middleware, the loader or the interpreter read,
     # vLLM's unsafe switches and --config are refused in the service room, which a container host runs too
     # (issue 44 item 2), before any host changes.
