@@ -40,6 +40,11 @@ class ContainerUnitError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
+def _refused(host, variable, value, problem, fix):
+    """The error of one input: ``<host>: <variable>: is <value>, <problem>; fix: <fix>.``"""
+    return ContainerUnitError([say(host, variable, value, Refusal(problem, fix))])
+
+
 # ------------------------------------------------------------------------------------------------ NUMA syscalls
 
 # What each libnuma function vLLM calls asks the kernel for (numactl v2.0.19 libnuma.c, Debian 13's libnuma1;
@@ -864,27 +869,6 @@ def _header(k, instance_values, plan_instance):
     ]
 
 
-def _unit_section(k, description):
-    lines = [
-        "[Unit]",
-        f"Description=vLLM OpenAI-compatible server ({description}, container)",
-        "Documentation=https://docs.vllm.ai/",
-        "After=network-online.target",
-        "Wants=network-online.target",
-    ]
-    if k["firewall_unit"]:
-        lines += [
-            "# The instance ports admit only the load balancers: no instance starts without the firewall's table.",
-            f"After={k['firewall_unit']}",
-            f"Requires={k['firewall_unit']}",
-        ]
-    lines += [
-        "# Never give up: a failed instance is started again for as long as it fails.",
-        "StartLimitIntervalSec=0",
-    ]
-    return lines
-
-
 def _address_allow_refusals(sources):
     """What systemd's IPAddressAllow= would not read as exactly one address or network (it reads keywords such as
     `any` as every address, and a network with host bits as the network)."""
@@ -907,43 +891,134 @@ def _address_allow_refusals(sources):
     return refusals
 
 
-def _address_policy(k):
-    """The venv unit's systemd firewall (vllm@.service.j2): the container runs with the host's network in a cgroup
-    below the unit's (--cgroups=split, Quadlet's default too), so the unit's BPF address filter is the container's."""
-    if k["address_allow"] is None:
-        return []
-    return [
-        "# Only the load balancers, vllm_service_firewall_allow, the monitoring hosts and localhost (cgroup v2 BPF;",
-        "# preflight checks the host has it). Applies to every packet of the unit and of its container.",
-        "IPAddressDeny=any",
-        "IPAddressAllow=" + " ".join(["localhost", *k["address_allow"]]),
+# ------------------------------------------------------------------------------------------------ the unit policy
+
+# The systemd policy every style of vllm@<instance>.service shares: the firewall dependency, the start limit, the
+# restart back-off, the timeouts, the memory limits and the address filter. unit_policy is the one place each of
+# these lines is written: the container units here, and the venv unit (roles/vllm_service/templates/vllm@.service.j2)
+# through the vllm_unit_policy filter. The venv unit keeps its own, longer comments, and its IPAddressAllow= has
+# always ended in a blank when no source is listed: both are written as they were, so no unit changes by a byte.
+VENV = "venv"
+STYLES = (VENV, "quadlet", "podman-run")
+
+
+def unit_policy(
+    style,
+    description,
+    firewall_unit=None,
+    systemd_version=0,
+    systemd_version_text=None,
+    stop_timeout=90,
+    start_timeout=300,
+    memory_high_mib=None,
+    memory_max_mib=None,
+    address_allow=None,
+):
+    """The shared policy lines of a ``style`` unit (STYLES), as lists of lines: ``unit`` (the [Unit] section from its
+    header to StartLimitIntervalSec=), ``service`` (restart back-off and timeouts), ``memory`` and ``address`` (the
+    systemd firewall; empty without ``address_allow``).
+
+    ``description``: the instance in Description= (``%i`` in a template unit). ``systemd_version``: a number (0 when
+    unknown); ``systemd_version_text`` is what the venv unit's comment says of an older one. The venv unit takes its
+    values as the role gives them; container_unit checks them first (container units wait ``STOP_MARGIN`` more).
+    """
+    if style not in STYLES:
+        raise _refused("", "style", style, "not a style of the vllm@ unit", f"one of {', '.join(STYLES)}")
+    venv = style == VENV
+    unit = [
+        "[Unit]",
+        f"Description=vLLM OpenAI-compatible server ({description}{'' if venv else ', container'})",
+        "Documentation=https://docs.vllm.ai/",
+        "After=network-online.target",
+        "Wants=network-online.target",
     ]
-
-
-def _service_limits(k):
-    if k["systemd_version"] >= 254:
-        lines = ["RestartSec=5", "RestartSteps=8", "RestartMaxDelaySec=300"]
+    if firewall_unit:
+        unit += (
+            [
+                f"# The instance ports admit only the load balancers ({firewall_unit}):",
+                "# no instance starts when the table fails to load, and stopping the firewall",
+                "# stops the instances (closed, not open).",
+            ]
+            if venv
+            else [
+                "# The instance ports admit only the load balancers: no instance starts without the firewall's table."
+            ]
+        )
+        unit += [f"After={firewall_unit}", f"Requires={firewall_unit}"]
+    unit += (
+        [
+            "# Never give up: a failed instance is started again after RestartSec for as",
+            "# long as it fails (no StartLimitBurst that leaves it failed until a person",
+            "# resets it). The health gate still reports an instance that keeps restarting.",
+        ]
+        if venv
+        else ["# Never give up: a failed instance is started again for as long as it fails."]
+    )
+    unit.append("StartLimitIntervalSec=0")
+    service = ["Restart=always"]
+    if systemd_version >= 254:
+        service += ["# Back-off: 5 s, growing to 5 min over 8 restarts (systemd >= 254)."] if venv else []
+        service += ["RestartSec=5", "RestartSteps=8", "RestartMaxDelaySec=300"]
     else:
-        lines = ["RestartSec=15"]
-    lines = ["Restart=always", *lines]
-    lines += [
-        f"TimeoutStartSec={k['start_timeout']}",
-        f"# podman stops the container in {k['stop_timeout']} s (then SIGKILL); systemd waits {STOP_MARGIN} s more.",
-        f"TimeoutStopSec={k['stop_timeout'] + STOP_MARGIN}",
+        service += [f"# systemd {systemd_version_text} has no RestartSteps=: a fixed pause."] if venv else []
+        service.append("RestartSec=15")
+    if venv:
+        service.append(f"TimeoutStopSec={stop_timeout}")
+    else:
+        service += [
+            f"TimeoutStartSec={start_timeout}",
+            f"# podman stops the container in {stop_timeout} s (then SIGKILL); systemd waits {STOP_MARGIN} s more.",
+            f"TimeoutStopSec={stop_timeout + STOP_MARGIN}",
+        ]
+    # The venv unit writes both limits whatever the plan holds; a container unit only those it is given.
+    memory = [
+        f"{key}={mib}M"
+        for key, mib in (("MemoryHigh", memory_high_mib), ("MemoryMax", memory_max_mib))
+        if venv or mib is not None
     ]
-    if k["memory_high_mib"] is not None:
-        lines.append(f"MemoryHigh={k['memory_high_mib']}M")
-    if k["memory_max_mib"] is not None:
-        lines.append(f"MemoryMax={k['memory_max_mib']}M")
-    return lines
+    address = []
+    if address_allow is not None:
+        # The container runs with the host's network in a cgroup below the unit's (--cgroups=split, Quadlet's
+        # default too), so the unit's BPF address filter is the container's.
+        address = (
+            [
+                "# Only the load balancers, vllm_service_firewall_allow and localhost (cgroup v2",
+                "# BPF; preflight checks the host has it). Applies to every packet of the unit.",
+            ]
+            if venv
+            else [
+                "# Only the load balancers, vllm_service_firewall_allow, the monitoring hosts and localhost (cgroup v2"
+                " BPF;",
+                "# preflight checks the host has it). Applies to every packet of the unit and of its container.",
+            ]
+        )
+        sources = " ".join(str(source) for source in address_allow)
+        allow = f"localhost {sources}" if venv else " ".join(["localhost", *address_allow])
+        address += ["IPAddressDeny=any", f"IPAddressAllow={allow}"]
+    return {"unit": unit, "service": service, "memory": memory, "address": address}
+
+
+def _container_policy(k, description):
+    return unit_policy(
+        k["style"],
+        description,
+        firewall_unit=k["firewall_unit"],
+        systemd_version=k["systemd_version"],
+        stop_timeout=k["stop_timeout"],
+        start_timeout=k["start_timeout"],
+        memory_high_mib=k["memory_high_mib"],
+        memory_max_mib=k["memory_max_mib"],
+        address_allow=k["address_allow"],
+    )
 
 
 def _quadlet_text(plan_instance, instance_values, k, spec, words):
     name = instance_values[0]
+    policy = _container_policy(k, name)
     lines = [
         *_header(k, instance_values, plan_instance),
         f"# Quadlet makes vllm@{name}.service of it at daemon-reload (podman-systemd.unit(5)).",
-        *_unit_section(k, name),
+        *policy["unit"],
         "",
         "[Container]",
         f"Image={k['image_id']}",
@@ -956,18 +1031,19 @@ def _quadlet_text(plan_instance, instance_values, k, spec, words):
             podman_args += flags
     lines.append(f"PodmanArgs={systemd_words(podman_args)}")
     lines.append(f"Exec={systemd_words(words)}")
-    lines += ["", "[Service]", *_service_limits(k), *_address_policy(k)]
+    lines += ["", "[Service]", *policy["service"], *policy["memory"], *policy["address"]]
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
 
 
 def _template_text(k):
     podman = k["podman"]
+    policy = _container_policy(k, "%i")
     lines = [
         f"# {k['managed']}",
         "# One vLLM instance of the host's plan in a container (podman without Quadlet); `%i` is the instance.",
         "# Its `podman run` (image, CPUs, NUMA nodes, port) is in vllm@<instance>.service.d/instance.conf.",
-        *_unit_section(k, "%i"),
+        *policy["unit"],
         "RequiresMountsFor=%t/containers",
         "",
         "[Service]",
@@ -980,8 +1056,9 @@ def _template_text(k):
         "Delegate=yes",
         "KillMode=mixed",
         "SyslogIdentifier=%N",
-        *_service_limits(k),
-        *_address_policy(k),
+        *policy["service"],
+        *policy["memory"],
+        *policy["address"],
         "ExecStartPre=/bin/rm -f %t/%N.cid",
         f"ExecStop={podman} stop --ignore -t {k['stop_timeout']} --cidfile=%t/%N.cid",
         f"ExecStopPost=-{podman} rm -v -f --ignore -t 10 --cidfile=%t/%N.cid",
