@@ -40,9 +40,14 @@ class ContainerUnitError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
+def _say(host, variable, value, problem, fix):
+    """The house message of one input: ``<host>: <variable>: is <value>, <problem>; fix: <fix>.``"""
+    return say(host, variable, value, Refusal(problem, fix))
+
+
 def _refused(host, variable, value, problem, fix):
-    """The error of one input: ``<host>: <variable>: is <value>, <problem>; fix: <fix>.``"""
-    return ContainerUnitError([say(host, variable, value, Refusal(problem, fix))])
+    """The error of one input (_say's message)."""
+    return ContainerUnitError([_say(host, variable, value, problem, fix)])
 
 
 # ------------------------------------------------------------------------------------------------ NUMA syscalls
@@ -121,15 +126,12 @@ def numa_syscalls(vllm_version):
     found = _version(vllm_version)
     eras = sorted(NUMA_SYSCALLS, key=_version)
     if found is None or found < _version(eras[0]):
-        raise ContainerUnitError(
-            [
-                say(
-                    "",
-                    "vllm_version",
-                    vllm_version,
-                    Refusal(f"not a release the container mode knows (from {eras[0]})", "serve a release of the table"),
-                )
-            ]
+        raise _refused(
+            "",
+            "vllm_version",
+            vllm_version,
+            f"not a release the container mode knows (from {eras[0]})",
+            "serve a release of the table",
         )
     era = [name for name in eras if _version(name) <= found][-1]
     return NUMA_SYSCALLS[era]["syscalls"]
@@ -156,61 +158,39 @@ def seccomp_profile(default_profile, syscalls, host=""):
     """
     name = "vllm_service_container_seccomp_profile"
     if isinstance(default_profile, str) and default_profile.strip().lower() == "unconfined":
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    name,
-                    default_profile,
-                    Refusal(
-                        "seccomp=unconfined, which lets the container make every syscall",
-                        "derive the profile from podman's default (/usr/share/containers/seccomp.json)",
-                    ),
-                )
-            ]
+        raise _refused(
+            host,
+            name,
+            default_profile,
+            "seccomp=unconfined, which lets the container make every syscall",
+            "derive the profile from podman's default (/usr/share/containers/seccomp.json)",
         )
     if not isinstance(default_profile, dict):
-        raise ContainerUnitError(
-            [say(host, name, type(default_profile).__name__, Refusal("not a seccomp profile (a JSON object)", _FIX))]
-        )
+        raise _refused(host, name, type(default_profile).__name__, "not a seccomp profile (a JSON object)", _FIX)
     action = default_profile.get("defaultAction")
     if not isinstance(action, str) or not action:
-        raise ContainerUnitError([say(host, f"{name}.defaultAction", action, Refusal("missing", _FIX))])
+        raise _refused(host, f"{name}.defaultAction", action, "missing", _FIX)
     if action in PERMISSIVE_ACTIONS:
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    f"{name}.defaultAction",
-                    action,
-                    Refusal(
-                        "a default that lets every syscall the rules do not name run (unconfined in all but name)",
-                        "start from podman's default profile, whose default action is SCMP_ACT_ERRNO",
-                    ),
-                )
-            ]
+        raise _refused(
+            host,
+            f"{name}.defaultAction",
+            action,
+            "a default that lets every syscall the rules do not name run (unconfined in all but name)",
+            "start from podman's default profile, whose default action is SCMP_ACT_ERRNO",
         )
     rules = default_profile.get("syscalls")
     if not isinstance(rules, list) or not all(isinstance(rule, dict) for rule in rules):
-        raise ContainerUnitError([say(host, f"{name}.syscalls", rules, Refusal("not a list of rules", _FIX))])
+        raise _refused(host, f"{name}.syscalls", rules, "not a list of rules", _FIX)
     if isinstance(syscalls, str) or not isinstance(syscalls, (list, tuple, set, frozenset)) or not syscalls:
-        raise ContainerUnitError(
-            [say(host, "syscalls", syscalls, Refusal("not a list of syscalls", "pass numa_syscalls(vllm_version)"))]
-        )
+        raise _refused(host, "syscalls", syscalls, "not a list of syscalls", "pass numa_syscalls(vllm_version)")
     unknown = sorted(str(call) for call in syscalls if call not in NUMA_SYSCALL_NAMES)
     if unknown:
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    "syscalls",
-                    unknown,
-                    Refusal(
-                        "not NUMA memory-policy syscalls (the profile opens only what vLLM's binding needs)",
-                        f"name only {', '.join(sorted(NUMA_SYSCALL_NAMES))}",
-                    ),
-                )
-            ]
+        raise _refused(
+            host,
+            "syscalls",
+            unknown,
+            "not NUMA memory-policy syscalls (the profile opens only what vLLM's binding needs)",
+            f"name only {', '.join(sorted(NUMA_SYSCALL_NAMES))}",
         )
     wanted = sorted(set(syscalls))
     profile = copy.deepcopy(default_profile)
@@ -220,7 +200,7 @@ def seccomp_profile(default_profile, syscalls, host=""):
         if names is None and isinstance(rule.get("name"), str):  # the profile format before "names" lists
             names = [rule["name"]]
         if not isinstance(names, list):
-            raise ContainerUnitError([say(host, f"{name}.syscalls[]", rule, Refusal("a rule without names", _FIX))])
+            raise _refused(host, f"{name}.syscalls[]", rule, "a rule without names", _FIX)
         remaining = [call for call in names if call not in wanted]
         if len(remaining) == len(names):
             kept.append(rule)
@@ -284,15 +264,12 @@ def podman_version(version_text, host=""):
     """(major, minor, patch) of ``podman --version`` output ("podman version 5.4.2"), or of "5.4.2", "4.9.3-dev"."""
     match = PODMAN_VERSION.match(version_text) if isinstance(version_text, str) else None
     if not match:
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    "podman --version",
-                    version_text,
-                    Refusal("not a podman version", "install podman from the distribution (apt-get install podman)"),
-                )
-            ]
+        raise _refused(
+            host,
+            "podman --version",
+            version_text,
+            "not a podman version",
+            "install podman from the distribution (apt-get install podman)",
         )
     return tuple(int(part or 0) for part in match.groups())
 
@@ -315,18 +292,12 @@ def unit_style(version, host=""):
     """``quadlet`` from podman 4.4, ``podman-run`` for 4.3; refuses older podman."""
     found = _as_version(version, host)
     if found < PODMAN_MIN:
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    "podman --version",
-                    ".".join(map(str, found)),
-                    Refusal(
-                        f"older than {'.'.join(map(str, PODMAN_MIN))}, the oldest podman the container mode runs",
-                        "install podman 4.3 or later (Debian 12's), or keep vllm_service_mode: venv on this host",
-                    ),
-                )
-            ]
+        raise _refused(
+            host,
+            "podman --version",
+            ".".join(map(str, found)),
+            f"older than {'.'.join(map(str, PODMAN_MIN))}, the oldest podman the container mode runs",
+            "install podman 4.3 or later (Debian 12's), or keep vllm_service_mode: venv on this host",
         )
     return "quadlet" if found >= QUADLET_FROM else "podman-run"
 
@@ -510,19 +481,17 @@ def shm_mib(plan_instance, headroom_mib=SHM_HEADROOM_MIB):
 def _check_instance(instance, host, problems):
     """The plan instance's values the unit carries, checked: (name, cpus, mems, tp)."""
     if not isinstance(instance, dict):
-        problems.append(say(host, "vllm_plan.instances[]", instance, Refusal("not a planned instance", _PLAN_FIX)))
+        problems.append(_say(host, "vllm_plan.instances[]", instance, "not a planned instance", _PLAN_FIX))
         return None
     name = instance.get("name")
     if not isinstance(name, str) or not INSTANCE_NAME.match(name):
         problems.append(
-            say(
+            _say(
                 host,
                 "vllm_plan.instances[].name",
                 name,
-                Refusal(
-                    "not a name both systemd (vllm@<name>.service) and podman (container vllm-<name>) take",
-                    "letters, digits and _ . - (not first), at most 63; " + _PLAN_FIX,
-                ),
+                "not a name both systemd (vllm@<name>.service) and podman (container vllm-<name>) take",
+                "letters, digits and _ . - (not first), at most 63; " + _PLAN_FIX,
             )
         )
         return None
@@ -530,11 +499,12 @@ def _check_instance(instance, host, problems):
     cpus = _strict_cpulist(instance.get("cpus"))
     if not cpus:
         problems.append(
-            say(
+            _say(
                 host,
                 f"{where}.cpus",
                 instance.get("cpus"),
-                Refusal("not a kernel cpulist (such as 0-55,112-167) for --cpuset-cpus", _PLAN_FIX),
+                "not a kernel cpulist (such as 0-55,112-167) for --cpuset-cpus",
+                _PLAN_FIX,
             )
         )
     nodes = instance.get("numa_nodes")
@@ -545,41 +515,40 @@ def _check_instance(instance, host, problems):
         or len(set(nodes)) != len(nodes)
     ):
         problems.append(
-            say(
+            _say(
                 host,
                 f"{where}.numa_nodes",
                 nodes,
-                Refusal("not a list of distinct NUMA node numbers for --cpuset-mems", _PLAN_FIX),
+                "not a list of distinct NUMA node numbers for --cpuset-mems",
+                _PLAN_FIX,
             )
         )
         nodes = None
     tp = instance.get("tp")
     if not _whole(tp, 1, 64):
-        problems.append(say(host, f"{where}.tp", tp, Refusal("not a tensor-parallel size", _PLAN_FIX)))
+        problems.append(_say(host, f"{where}.tp", tp, "not a tensor-parallel size", _PLAN_FIX))
     bind = instance.get("omp_threads_bind")
     ranks = bind.split("|") if isinstance(bind, str) else None
     rank_cpus = [_strict_cpulist(rank) for rank in ranks] if ranks else None
     if not rank_cpus or not all(rank_cpus):
         problems.append(
-            say(host, f"{where}.omp_threads_bind", bind, Refusal("not one cpulist per rank, separated by |", _PLAN_FIX))
+            _say(host, f"{where}.omp_threads_bind", bind, "not one cpulist per rank, separated by |", _PLAN_FIX)
         )
     else:
         if _whole(tp, 1, 64) and len(rank_cpus) != tp:
             problems.append(
-                say(host, f"{where}.omp_threads_bind", bind, Refusal(f"{len(rank_cpus)} ranks for TP {tp}", _PLAN_FIX))
+                _say(host, f"{where}.omp_threads_bind", bind, f"{len(rank_cpus)} ranks for TP {tp}", _PLAN_FIX)
             )
         outside = sorted({cpu for rank in rank_cpus for cpu in rank} - set(cpus or []))
         if cpus and outside:
             problems.append(
-                say(
+                _say(
                     host,
                     f"{where}.omp_threads_bind",
                     bind,
-                    Refusal(
-                        f"binds CPUs {format_cpulist(outside)} outside the instance's cpus {instance.get('cpus')},"
-                        " which --cpuset-cpus leaves out of the container (vLLM's thread binding would fail there)",
-                        _PLAN_FIX,
-                    ),
+                    f"binds CPUs {format_cpulist(outside)} outside the instance's cpus {instance.get('cpus')},"
+                    " which --cpuset-cpus leaves out of the container (vLLM's thread binding would fail there)",
+                    _PLAN_FIX,
                 )
             )
     if problems:
@@ -592,14 +561,14 @@ _PLAN_FIX = "write the plan with the vllm_plan role (roles/vllm_plan), not by ha
 
 def _check_knobs(knobs, host, problems):
     if not isinstance(knobs, dict):
-        problems.append(say(host, "knobs", knobs, Refusal("not a dict", "pass the role's knobs")))
+        problems.append(_say(host, "knobs", knobs, "not a dict", "pass the role's knobs"))
         return None
     unknown = sorted(set(knobs) - set(DEFAULTS) - set(REQUIRED))
     if unknown:
-        problems.append(say(host, "knobs", unknown, Refusal("not knobs of the container unit", "drop them")))
+        problems.append(_say(host, "knobs", unknown, "not knobs of the container unit", "drop them"))
     missing = [key for key in REQUIRED if knobs.get(key) in (None, "")]
     for key in missing:
-        problems.append(say(host, VARIABLES[key], knobs.get(key), Refusal("not set", "set it (container mode)")))
+        problems.append(_say(host, VARIABLES[key], knobs.get(key), "not set", "set it (container mode)"))
     if missing:
         return None
     k = {**DEFAULTS, **knobs}
@@ -668,14 +637,12 @@ def _check_knobs(knobs, host, problems):
                 problems.append(say(host, f"{VARIABLES['secrets']} key", target, refusal))
             if not isinstance(secret, str) or not SECRET_NAME.match(secret):
                 problems.append(
-                    say(
+                    _say(
                         host,
                         f"{VARIABLES['secrets']}[{target}]",
                         secret,
-                        Refusal(
-                            "not a podman secret name every podman takes",
-                            "letters, digits and _ . - (not first or last), at most 64, such as vllm-api-key",
-                        ),
+                        "not a podman secret name every podman takes",
+                        "letters, digits and _ . - (not first or last), at most 64, such as vllm-api-key",
                     )
                 )
     for key, low, high in (("stop_timeout", 1, 86400), ("start_timeout", 1, 86400), ("systemd_version", 0, 100000)):
@@ -708,53 +675,49 @@ def _exec_words(serve, knobs, host, problems):
     argv = serve.get("argv") if isinstance(serve, dict) else serve
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) or not argv:
         problems.append(
-            say(host, "vllm_service_command", serve, Refusal("not a command", "pass the vllm_serve_command filter's"))
+            _say(host, "vllm_service_command", serve, "not a command", "pass the vllm_serve_command filter's")
         )
         return None
     if not all(isinstance(word, str) for word in argv):
-        problems.append(say(host, "vllm_service_command", argv, Refusal("has words that are not strings", _CMD_FIX)))
+        problems.append(_say(host, "vllm_service_command", argv, "has words that are not strings", _CMD_FIX))
         return None
     bin_dir = knobs["image_venv"].rstrip("/") + "/bin/"
     if not argv[0].startswith(bin_dir) or "/" in argv[0][len(bin_dir) :]:
         problems.append(
-            say(
-                host,
-                "vllm_service_command",
-                argv[0],
-                Refusal(f"not a program of the image's venv ({bin_dir})", _CMD_FIX),
-            )
+            _say(host, "vllm_service_command", argv[0], f"not a program of the image's venv ({bin_dir})", _CMD_FIX)
         )
         return None
     words = [argv[0][len(bin_dir) :], *argv[1:]]
     if ";" in words:
         problems.append(
-            say(
+            _say(
                 host,
                 "vllm_service_extra_args",
                 ";",
-                Refusal("a lone ;, which Quadlet writes unquoted into ExecStart= (a command separator)", "drop it"),
+                "a lone ;, which Quadlet writes unquoted into ExecStart= (a command separator)",
+                "drop it",
             )
         )
     odd = sorted({char for word in words for char in word if char in CONTROL_IN_WORDS})
     if odd:
         problems.append(
-            say(
+            _say(
                 host,
                 "vllm_service_extra_args",
                 "".join(odd),
-                Refusal(
-                    "has control characters (other than tab and newline) that no unit file line carries", "drop them"
-                ),
+                "has control characters (other than tab and newline) that no unit file line carries",
+                "drop them",
             )
         )
     model = knobs["model_path"]
     if model is not None and model not in words:
         problems.append(
-            say(
+            _say(
                 host,
                 VARIABLES["model_path"],
                 model,
-                Refusal("not the model the command serves (the container mounts only this one)", _CMD_FIX),
+                "not the model the command serves (the container mounts only this one)",
+                _CMD_FIX,
             )
         )
     return words
@@ -1101,7 +1064,7 @@ def podman_env_file(env, header=None, host=""):
     """
     problems = []
     if not isinstance(env, dict):
-        raise ContainerUnitError([say(host, "environment", env, Refusal("not a dict", "pass NAME: value pairs"))])
+        raise _refused(host, "environment", env, "not a dict", "pass NAME: value pairs")
     lines = [f"# {line}" for line in (header.splitlines() if isinstance(header, str) else [])]
     for name in sorted(env, key=str):
         value = env[name]
@@ -1111,34 +1074,30 @@ def podman_env_file(env, header=None, host=""):
             continue
         if name in SECRET_ENV:
             problems.append(
-                say(
+                _say(
                     host,
                     f"environment[{name}]",
                     "(not shown)",
-                    Refusal(
-                        "a key, and podman inspect shows every variable of the env file",
-                        "give it as a podman secret (vllm_service_container_secrets)",
-                    ),
+                    "a key, and podman inspect shows every variable of the env file",
+                    "give it as a podman secret (vllm_service_container_secrets)",
                 )
             )
             continue
         if name in ENV_FILE_OWNED:
-            problems.append(say(host, f"environment[{name}]", value, Refusal(ENV_FILE_OWNED[name], "drop it")))
+            problems.append(_say(host, f"environment[{name}]", value, ENV_FILE_OWNED[name], "drop it"))
             continue
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            problems.append(say(host, f"environment[{name}]", value, Refusal("not a string or number", "quote it")))
+            problems.append(_say(host, f"environment[{name}]", value, "not a string or number", "quote it"))
             continue
         text = str(value)
         if re.search(r"[\n\r\x00]", text):
             problems.append(
-                say(
+                _say(
                     host,
                     f"environment[{name}]",
                     text,
-                    Refusal(
-                        "has a newline, carriage return or NUL, which podman's env file reader cuts or keeps out",
-                        "write the value on one line",
-                    ),
+                    "has a newline, carriage return or NUL, which podman's env file reader cuts or keeps out",
+                    "write the value on one line",
                 )
             )
             continue
