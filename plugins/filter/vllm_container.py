@@ -1,5 +1,5 @@
 """Thin Jinja2 filters over module_utils/vllm_container.py (container mode, issue 30): roles never recompute a unit,
-the seccomp profile or the podman env file."""
+the seccomp profile or the podman env file; the venv unit takes its systemd policy from the same place."""
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
@@ -12,6 +12,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     podman_version,
     seccomp_profile,
     secret_style,
+    unit_policy,
     unit_style,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
@@ -68,6 +69,38 @@ def vllm_container_podman(version_text, host=""):
         raise _fail("vllm_container_podman", err) from err
 
 
+def vllm_unit_policy(
+    style,
+    description,
+    firewall_unit=None,
+    systemd_version=0,
+    systemd_version_text=None,
+    stop_timeout=90,
+    start_timeout=300,
+    memory_high_mib=None,
+    memory_max_mib=None,
+    address_allow=None,
+):
+    """The systemd policy lines every style of vllm@<instance>.service shares, as text: {unit, service, memory,
+    address} (the venv unit, vllm@.service.j2, writes them where they go)."""
+    try:
+        policy = unit_policy(
+            style,
+            description,
+            firewall_unit,
+            systemd_version,
+            systemd_version_text,
+            stop_timeout,
+            start_timeout,
+            memory_high_mib,
+            memory_max_mib,
+            address_allow,
+        )
+    except ContainerUnitError as err:
+        raise _fail("vllm_unit_policy", err) from err
+    return {block: "\n".join(lines) for block, lines in policy.items()}
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -76,4 +109,5 @@ class FilterModule:
             "vllm_container_seccomp": vllm_container_seccomp,
             "vllm_container_env_file": vllm_container_env_file,
             "vllm_container_podman": vllm_container_podman,
+            "vllm_unit_policy": vllm_unit_policy,
         }

@@ -40,6 +40,16 @@ class ContainerUnitError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
+def _say(host, variable, value, problem, fix):
+    """The house message of one input: ``<host>: <variable>: is <value>, <problem>; fix: <fix>.``"""
+    return say(host, variable, value, Refusal(problem, fix))
+
+
+def _refused(host, variable, value, problem, fix):
+    """The error of one input (_say's message)."""
+    return ContainerUnitError([_say(host, variable, value, problem, fix)])
+
+
 # ------------------------------------------------------------------------------------------------ NUMA syscalls
 
 # What each libnuma function vLLM calls asks the kernel for (numactl v2.0.19 libnuma.c, Debian 13's libnuma1;
@@ -116,15 +126,12 @@ def numa_syscalls(vllm_version):
     found = _version(vllm_version)
     eras = sorted(NUMA_SYSCALLS, key=_version)
     if found is None or found < _version(eras[0]):
-        raise ContainerUnitError(
-            [
-                say(
-                    "",
-                    "vllm_version",
-                    vllm_version,
-                    Refusal(f"not a release the container mode knows (from {eras[0]})", "serve a release of the table"),
-                )
-            ]
+        raise _refused(
+            "",
+            "vllm_version",
+            vllm_version,
+            f"not a release the container mode knows (from {eras[0]})",
+            "serve a release of the table",
         )
     era = [name for name in eras if _version(name) <= found][-1]
     return NUMA_SYSCALLS[era]["syscalls"]
@@ -151,61 +158,39 @@ def seccomp_profile(default_profile, syscalls, host=""):
     """
     name = "vllm_service_container_seccomp_profile"
     if isinstance(default_profile, str) and default_profile.strip().lower() == "unconfined":
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    name,
-                    default_profile,
-                    Refusal(
-                        "seccomp=unconfined, which lets the container make every syscall",
-                        "derive the profile from podman's default (/usr/share/containers/seccomp.json)",
-                    ),
-                )
-            ]
+        raise _refused(
+            host,
+            name,
+            default_profile,
+            "seccomp=unconfined, which lets the container make every syscall",
+            "derive the profile from podman's default (/usr/share/containers/seccomp.json)",
         )
     if not isinstance(default_profile, dict):
-        raise ContainerUnitError(
-            [say(host, name, type(default_profile).__name__, Refusal("not a seccomp profile (a JSON object)", _FIX))]
-        )
+        raise _refused(host, name, type(default_profile).__name__, "not a seccomp profile (a JSON object)", _FIX)
     action = default_profile.get("defaultAction")
     if not isinstance(action, str) or not action:
-        raise ContainerUnitError([say(host, f"{name}.defaultAction", action, Refusal("missing", _FIX))])
+        raise _refused(host, f"{name}.defaultAction", action, "missing", _FIX)
     if action in PERMISSIVE_ACTIONS:
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    f"{name}.defaultAction",
-                    action,
-                    Refusal(
-                        "a default that lets every syscall the rules do not name run (unconfined in all but name)",
-                        "start from podman's default profile, whose default action is SCMP_ACT_ERRNO",
-                    ),
-                )
-            ]
+        raise _refused(
+            host,
+            f"{name}.defaultAction",
+            action,
+            "a default that lets every syscall the rules do not name run (unconfined in all but name)",
+            "start from podman's default profile, whose default action is SCMP_ACT_ERRNO",
         )
     rules = default_profile.get("syscalls")
     if not isinstance(rules, list) or not all(isinstance(rule, dict) for rule in rules):
-        raise ContainerUnitError([say(host, f"{name}.syscalls", rules, Refusal("not a list of rules", _FIX))])
+        raise _refused(host, f"{name}.syscalls", rules, "not a list of rules", _FIX)
     if isinstance(syscalls, str) or not isinstance(syscalls, (list, tuple, set, frozenset)) or not syscalls:
-        raise ContainerUnitError(
-            [say(host, "syscalls", syscalls, Refusal("not a list of syscalls", "pass numa_syscalls(vllm_version)"))]
-        )
+        raise _refused(host, "syscalls", syscalls, "not a list of syscalls", "pass numa_syscalls(vllm_version)")
     unknown = sorted(str(call) for call in syscalls if call not in NUMA_SYSCALL_NAMES)
     if unknown:
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    "syscalls",
-                    unknown,
-                    Refusal(
-                        "not NUMA memory-policy syscalls (the profile opens only what vLLM's binding needs)",
-                        f"name only {', '.join(sorted(NUMA_SYSCALL_NAMES))}",
-                    ),
-                )
-            ]
+        raise _refused(
+            host,
+            "syscalls",
+            unknown,
+            "not NUMA memory-policy syscalls (the profile opens only what vLLM's binding needs)",
+            f"name only {', '.join(sorted(NUMA_SYSCALL_NAMES))}",
         )
     wanted = sorted(set(syscalls))
     profile = copy.deepcopy(default_profile)
@@ -215,7 +200,7 @@ def seccomp_profile(default_profile, syscalls, host=""):
         if names is None and isinstance(rule.get("name"), str):  # the profile format before "names" lists
             names = [rule["name"]]
         if not isinstance(names, list):
-            raise ContainerUnitError([say(host, f"{name}.syscalls[]", rule, Refusal("a rule without names", _FIX))])
+            raise _refused(host, f"{name}.syscalls[]", rule, "a rule without names", _FIX)
         remaining = [call for call in names if call not in wanted]
         if len(remaining) == len(names):
             kept.append(rule)
@@ -279,15 +264,12 @@ def podman_version(version_text, host=""):
     """(major, minor, patch) of ``podman --version`` output ("podman version 5.4.2"), or of "5.4.2", "4.9.3-dev"."""
     match = PODMAN_VERSION.match(version_text) if isinstance(version_text, str) else None
     if not match:
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    "podman --version",
-                    version_text,
-                    Refusal("not a podman version", "install podman from the distribution (apt-get install podman)"),
-                )
-            ]
+        raise _refused(
+            host,
+            "podman --version",
+            version_text,
+            "not a podman version",
+            "install podman from the distribution (apt-get install podman)",
         )
     return tuple(int(part or 0) for part in match.groups())
 
@@ -310,18 +292,12 @@ def unit_style(version, host=""):
     """``quadlet`` from podman 4.4, ``podman-run`` for 4.3; refuses older podman."""
     found = _as_version(version, host)
     if found < PODMAN_MIN:
-        raise ContainerUnitError(
-            [
-                say(
-                    host,
-                    "podman --version",
-                    ".".join(map(str, found)),
-                    Refusal(
-                        f"older than {'.'.join(map(str, PODMAN_MIN))}, the oldest podman the container mode runs",
-                        "install podman 4.3 or later (Debian 12's), or keep vllm_service_mode: venv on this host",
-                    ),
-                )
-            ]
+        raise _refused(
+            host,
+            "podman --version",
+            ".".join(map(str, found)),
+            f"older than {'.'.join(map(str, PODMAN_MIN))}, the oldest podman the container mode runs",
+            "install podman 4.3 or later (Debian 12's), or keep vllm_service_mode: venv on this host",
         )
     return "quadlet" if found >= QUADLET_FROM else "podman-run"
 
@@ -505,19 +481,17 @@ def shm_mib(plan_instance, headroom_mib=SHM_HEADROOM_MIB):
 def _check_instance(instance, host, problems):
     """The plan instance's values the unit carries, checked: (name, cpus, mems, tp)."""
     if not isinstance(instance, dict):
-        problems.append(say(host, "vllm_plan.instances[]", instance, Refusal("not a planned instance", _PLAN_FIX)))
+        problems.append(_say(host, "vllm_plan.instances[]", instance, "not a planned instance", _PLAN_FIX))
         return None
     name = instance.get("name")
     if not isinstance(name, str) or not INSTANCE_NAME.match(name):
         problems.append(
-            say(
+            _say(
                 host,
                 "vllm_plan.instances[].name",
                 name,
-                Refusal(
-                    "not a name both systemd (vllm@<name>.service) and podman (container vllm-<name>) take",
-                    "letters, digits and _ . - (not first), at most 63; " + _PLAN_FIX,
-                ),
+                "not a name both systemd (vllm@<name>.service) and podman (container vllm-<name>) take",
+                "letters, digits and _ . - (not first), at most 63; " + _PLAN_FIX,
             )
         )
         return None
@@ -525,11 +499,12 @@ def _check_instance(instance, host, problems):
     cpus = _strict_cpulist(instance.get("cpus"))
     if not cpus:
         problems.append(
-            say(
+            _say(
                 host,
                 f"{where}.cpus",
                 instance.get("cpus"),
-                Refusal("not a kernel cpulist (such as 0-55,112-167) for --cpuset-cpus", _PLAN_FIX),
+                "not a kernel cpulist (such as 0-55,112-167) for --cpuset-cpus",
+                _PLAN_FIX,
             )
         )
     nodes = instance.get("numa_nodes")
@@ -540,41 +515,40 @@ def _check_instance(instance, host, problems):
         or len(set(nodes)) != len(nodes)
     ):
         problems.append(
-            say(
+            _say(
                 host,
                 f"{where}.numa_nodes",
                 nodes,
-                Refusal("not a list of distinct NUMA node numbers for --cpuset-mems", _PLAN_FIX),
+                "not a list of distinct NUMA node numbers for --cpuset-mems",
+                _PLAN_FIX,
             )
         )
         nodes = None
     tp = instance.get("tp")
     if not _whole(tp, 1, 64):
-        problems.append(say(host, f"{where}.tp", tp, Refusal("not a tensor-parallel size", _PLAN_FIX)))
+        problems.append(_say(host, f"{where}.tp", tp, "not a tensor-parallel size", _PLAN_FIX))
     bind = instance.get("omp_threads_bind")
     ranks = bind.split("|") if isinstance(bind, str) else None
     rank_cpus = [_strict_cpulist(rank) for rank in ranks] if ranks else None
     if not rank_cpus or not all(rank_cpus):
         problems.append(
-            say(host, f"{where}.omp_threads_bind", bind, Refusal("not one cpulist per rank, separated by |", _PLAN_FIX))
+            _say(host, f"{where}.omp_threads_bind", bind, "not one cpulist per rank, separated by |", _PLAN_FIX)
         )
     else:
         if _whole(tp, 1, 64) and len(rank_cpus) != tp:
             problems.append(
-                say(host, f"{where}.omp_threads_bind", bind, Refusal(f"{len(rank_cpus)} ranks for TP {tp}", _PLAN_FIX))
+                _say(host, f"{where}.omp_threads_bind", bind, f"{len(rank_cpus)} ranks for TP {tp}", _PLAN_FIX)
             )
         outside = sorted({cpu for rank in rank_cpus for cpu in rank} - set(cpus or []))
         if cpus and outside:
             problems.append(
-                say(
+                _say(
                     host,
                     f"{where}.omp_threads_bind",
                     bind,
-                    Refusal(
-                        f"binds CPUs {format_cpulist(outside)} outside the instance's cpus {instance.get('cpus')},"
-                        " which --cpuset-cpus leaves out of the container (vLLM's thread binding would fail there)",
-                        _PLAN_FIX,
-                    ),
+                    f"binds CPUs {format_cpulist(outside)} outside the instance's cpus {instance.get('cpus')},"
+                    " which --cpuset-cpus leaves out of the container (vLLM's thread binding would fail there)",
+                    _PLAN_FIX,
                 )
             )
     if problems:
@@ -587,14 +561,14 @@ _PLAN_FIX = "write the plan with the vllm_plan role (roles/vllm_plan), not by ha
 
 def _check_knobs(knobs, host, problems):
     if not isinstance(knobs, dict):
-        problems.append(say(host, "knobs", knobs, Refusal("not a dict", "pass the role's knobs")))
+        problems.append(_say(host, "knobs", knobs, "not a dict", "pass the role's knobs"))
         return None
     unknown = sorted(set(knobs) - set(DEFAULTS) - set(REQUIRED))
     if unknown:
-        problems.append(say(host, "knobs", unknown, Refusal("not knobs of the container unit", "drop them")))
+        problems.append(_say(host, "knobs", unknown, "not knobs of the container unit", "drop them"))
     missing = [key for key in REQUIRED if knobs.get(key) in (None, "")]
     for key in missing:
-        problems.append(say(host, VARIABLES[key], knobs.get(key), Refusal("not set", "set it (container mode)")))
+        problems.append(_say(host, VARIABLES[key], knobs.get(key), "not set", "set it (container mode)"))
     if missing:
         return None
     k = {**DEFAULTS, **knobs}
@@ -663,14 +637,12 @@ def _check_knobs(knobs, host, problems):
                 problems.append(say(host, f"{VARIABLES['secrets']} key", target, refusal))
             if not isinstance(secret, str) or not SECRET_NAME.match(secret):
                 problems.append(
-                    say(
+                    _say(
                         host,
                         f"{VARIABLES['secrets']}[{target}]",
                         secret,
-                        Refusal(
-                            "not a podman secret name every podman takes",
-                            "letters, digits and _ . - (not first or last), at most 64, such as vllm-api-key",
-                        ),
+                        "not a podman secret name every podman takes",
+                        "letters, digits and _ . - (not first or last), at most 64, such as vllm-api-key",
                     )
                 )
     for key, low, high in (("stop_timeout", 1, 86400), ("start_timeout", 1, 86400), ("systemd_version", 0, 100000)):
@@ -703,53 +675,49 @@ def _exec_words(serve, knobs, host, problems):
     argv = serve.get("argv") if isinstance(serve, dict) else serve
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) or not argv:
         problems.append(
-            say(host, "vllm_service_command", serve, Refusal("not a command", "pass the vllm_serve_command filter's"))
+            _say(host, "vllm_service_command", serve, "not a command", "pass the vllm_serve_command filter's")
         )
         return None
     if not all(isinstance(word, str) for word in argv):
-        problems.append(say(host, "vllm_service_command", argv, Refusal("has words that are not strings", _CMD_FIX)))
+        problems.append(_say(host, "vllm_service_command", argv, "has words that are not strings", _CMD_FIX))
         return None
     bin_dir = knobs["image_venv"].rstrip("/") + "/bin/"
     if not argv[0].startswith(bin_dir) or "/" in argv[0][len(bin_dir) :]:
         problems.append(
-            say(
-                host,
-                "vllm_service_command",
-                argv[0],
-                Refusal(f"not a program of the image's venv ({bin_dir})", _CMD_FIX),
-            )
+            _say(host, "vllm_service_command", argv[0], f"not a program of the image's venv ({bin_dir})", _CMD_FIX)
         )
         return None
     words = [argv[0][len(bin_dir) :], *argv[1:]]
     if ";" in words:
         problems.append(
-            say(
+            _say(
                 host,
                 "vllm_service_extra_args",
                 ";",
-                Refusal("a lone ;, which Quadlet writes unquoted into ExecStart= (a command separator)", "drop it"),
+                "a lone ;, which Quadlet writes unquoted into ExecStart= (a command separator)",
+                "drop it",
             )
         )
     odd = sorted({char for word in words for char in word if char in CONTROL_IN_WORDS})
     if odd:
         problems.append(
-            say(
+            _say(
                 host,
                 "vllm_service_extra_args",
                 "".join(odd),
-                Refusal(
-                    "has control characters (other than tab and newline) that no unit file line carries", "drop them"
-                ),
+                "has control characters (other than tab and newline) that no unit file line carries",
+                "drop them",
             )
         )
     model = knobs["model_path"]
     if model is not None and model not in words:
         problems.append(
-            say(
+            _say(
                 host,
                 VARIABLES["model_path"],
                 model,
-                Refusal("not the model the command serves (the container mounts only this one)", _CMD_FIX),
+                "not the model the command serves (the container mounts only this one)",
+                _CMD_FIX,
             )
         )
     return words
@@ -864,27 +832,6 @@ def _header(k, instance_values, plan_instance):
     ]
 
 
-def _unit_section(k, description):
-    lines = [
-        "[Unit]",
-        f"Description=vLLM OpenAI-compatible server ({description}, container)",
-        "Documentation=https://docs.vllm.ai/",
-        "After=network-online.target",
-        "Wants=network-online.target",
-    ]
-    if k["firewall_unit"]:
-        lines += [
-            "# The instance ports admit only the load balancers: no instance starts without the firewall's table.",
-            f"After={k['firewall_unit']}",
-            f"Requires={k['firewall_unit']}",
-        ]
-    lines += [
-        "# Never give up: a failed instance is started again for as long as it fails.",
-        "StartLimitIntervalSec=0",
-    ]
-    return lines
-
-
 def _address_allow_refusals(sources):
     """What systemd's IPAddressAllow= would not read as exactly one address or network (it reads keywords such as
     `any` as every address, and a network with host bits as the network)."""
@@ -907,43 +854,134 @@ def _address_allow_refusals(sources):
     return refusals
 
 
-def _address_policy(k):
-    """The venv unit's systemd firewall (vllm@.service.j2): the container runs with the host's network in a cgroup
-    below the unit's (--cgroups=split, Quadlet's default too), so the unit's BPF address filter is the container's."""
-    if k["address_allow"] is None:
-        return []
-    return [
-        "# Only the load balancers, vllm_service_firewall_allow, the monitoring hosts and localhost (cgroup v2 BPF;",
-        "# preflight checks the host has it). Applies to every packet of the unit and of its container.",
-        "IPAddressDeny=any",
-        "IPAddressAllow=" + " ".join(["localhost", *k["address_allow"]]),
+# ------------------------------------------------------------------------------------------------ the unit policy
+
+# The systemd policy every style of vllm@<instance>.service shares: the firewall dependency, the start limit, the
+# restart back-off, the timeouts, the memory limits and the address filter. unit_policy is the one place each of
+# these lines is written: the container units here, and the venv unit (roles/vllm_service/templates/vllm@.service.j2)
+# through the vllm_unit_policy filter. The venv unit keeps its own, longer comments, and its IPAddressAllow= has
+# always ended in a blank when no source is listed: both are written as they were, so no unit changes by a byte.
+VENV = "venv"
+STYLES = (VENV, "quadlet", "podman-run")
+
+
+def unit_policy(
+    style,
+    description,
+    firewall_unit=None,
+    systemd_version=0,
+    systemd_version_text=None,
+    stop_timeout=90,
+    start_timeout=300,
+    memory_high_mib=None,
+    memory_max_mib=None,
+    address_allow=None,
+):
+    """The shared policy lines of a ``style`` unit (STYLES), as lists of lines: ``unit`` (the [Unit] section from its
+    header to StartLimitIntervalSec=), ``service`` (restart back-off and timeouts), ``memory`` and ``address`` (the
+    systemd firewall; empty without ``address_allow``).
+
+    ``description``: the instance in Description= (``%i`` in a template unit). ``systemd_version``: a number (0 when
+    unknown); ``systemd_version_text`` is what the venv unit's comment says of an older one. The venv unit takes its
+    values as the role gives them; container_unit checks them first (container units wait ``STOP_MARGIN`` more).
+    """
+    if style not in STYLES:
+        raise _refused("", "style", style, "not a style of the vllm@ unit", f"one of {', '.join(STYLES)}")
+    venv = style == VENV
+    unit = [
+        "[Unit]",
+        f"Description=vLLM OpenAI-compatible server ({description}{'' if venv else ', container'})",
+        "Documentation=https://docs.vllm.ai/",
+        "After=network-online.target",
+        "Wants=network-online.target",
     ]
-
-
-def _service_limits(k):
-    if k["systemd_version"] >= 254:
-        lines = ["RestartSec=5", "RestartSteps=8", "RestartMaxDelaySec=300"]
+    if firewall_unit:
+        unit += (
+            [
+                f"# The instance ports admit only the load balancers ({firewall_unit}):",
+                "# no instance starts when the table fails to load, and stopping the firewall",
+                "# stops the instances (closed, not open).",
+            ]
+            if venv
+            else [
+                "# The instance ports admit only the load balancers: no instance starts without the firewall's table."
+            ]
+        )
+        unit += [f"After={firewall_unit}", f"Requires={firewall_unit}"]
+    unit += (
+        [
+            "# Never give up: a failed instance is started again after RestartSec for as",
+            "# long as it fails (no StartLimitBurst that leaves it failed until a person",
+            "# resets it). The health gate still reports an instance that keeps restarting.",
+        ]
+        if venv
+        else ["# Never give up: a failed instance is started again for as long as it fails."]
+    )
+    unit.append("StartLimitIntervalSec=0")
+    service = ["Restart=always"]
+    if systemd_version >= 254:
+        service += ["# Back-off: 5 s, growing to 5 min over 8 restarts (systemd >= 254)."] if venv else []
+        service += ["RestartSec=5", "RestartSteps=8", "RestartMaxDelaySec=300"]
     else:
-        lines = ["RestartSec=15"]
-    lines = ["Restart=always", *lines]
-    lines += [
-        f"TimeoutStartSec={k['start_timeout']}",
-        f"# podman stops the container in {k['stop_timeout']} s (then SIGKILL); systemd waits {STOP_MARGIN} s more.",
-        f"TimeoutStopSec={k['stop_timeout'] + STOP_MARGIN}",
+        service += [f"# systemd {systemd_version_text} has no RestartSteps=: a fixed pause."] if venv else []
+        service.append("RestartSec=15")
+    if venv:
+        service.append(f"TimeoutStopSec={stop_timeout}")
+    else:
+        service += [
+            f"TimeoutStartSec={start_timeout}",
+            f"# podman stops the container in {stop_timeout} s (then SIGKILL); systemd waits {STOP_MARGIN} s more.",
+            f"TimeoutStopSec={stop_timeout + STOP_MARGIN}",
+        ]
+    # The venv unit writes both limits whatever the plan holds; a container unit only those it is given.
+    memory = [
+        f"{key}={mib}M"
+        for key, mib in (("MemoryHigh", memory_high_mib), ("MemoryMax", memory_max_mib))
+        if venv or mib is not None
     ]
-    if k["memory_high_mib"] is not None:
-        lines.append(f"MemoryHigh={k['memory_high_mib']}M")
-    if k["memory_max_mib"] is not None:
-        lines.append(f"MemoryMax={k['memory_max_mib']}M")
-    return lines
+    address = []
+    if address_allow is not None:
+        # The container runs with the host's network in a cgroup below the unit's (--cgroups=split, Quadlet's
+        # default too), so the unit's BPF address filter is the container's.
+        address = (
+            [
+                "# Only the load balancers, vllm_service_firewall_allow and localhost (cgroup v2",
+                "# BPF; preflight checks the host has it). Applies to every packet of the unit.",
+            ]
+            if venv
+            else [
+                "# Only the load balancers, vllm_service_firewall_allow, the monitoring hosts and localhost (cgroup v2"
+                " BPF;",
+                "# preflight checks the host has it). Applies to every packet of the unit and of its container.",
+            ]
+        )
+        sources = " ".join(str(source) for source in address_allow)
+        allow = f"localhost {sources}" if venv else " ".join(["localhost", *address_allow])
+        address += ["IPAddressDeny=any", f"IPAddressAllow={allow}"]
+    return {"unit": unit, "service": service, "memory": memory, "address": address}
+
+
+def _container_policy(k, description):
+    return unit_policy(
+        k["style"],
+        description,
+        firewall_unit=k["firewall_unit"],
+        systemd_version=k["systemd_version"],
+        stop_timeout=k["stop_timeout"],
+        start_timeout=k["start_timeout"],
+        memory_high_mib=k["memory_high_mib"],
+        memory_max_mib=k["memory_max_mib"],
+        address_allow=k["address_allow"],
+    )
 
 
 def _quadlet_text(plan_instance, instance_values, k, spec, words):
     name = instance_values[0]
+    policy = _container_policy(k, name)
     lines = [
         *_header(k, instance_values, plan_instance),
         f"# Quadlet makes vllm@{name}.service of it at daemon-reload (podman-systemd.unit(5)).",
-        *_unit_section(k, name),
+        *policy["unit"],
         "",
         "[Container]",
         f"Image={k['image_id']}",
@@ -956,18 +994,19 @@ def _quadlet_text(plan_instance, instance_values, k, spec, words):
             podman_args += flags
     lines.append(f"PodmanArgs={systemd_words(podman_args)}")
     lines.append(f"Exec={systemd_words(words)}")
-    lines += ["", "[Service]", *_service_limits(k), *_address_policy(k)]
+    lines += ["", "[Service]", *policy["service"], *policy["memory"], *policy["address"]]
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
 
 
 def _template_text(k):
     podman = k["podman"]
+    policy = _container_policy(k, "%i")
     lines = [
         f"# {k['managed']}",
         "# One vLLM instance of the host's plan in a container (podman without Quadlet); `%i` is the instance.",
         "# Its `podman run` (image, CPUs, NUMA nodes, port) is in vllm@<instance>.service.d/instance.conf.",
-        *_unit_section(k, "%i"),
+        *policy["unit"],
         "RequiresMountsFor=%t/containers",
         "",
         "[Service]",
@@ -980,8 +1019,9 @@ def _template_text(k):
         "Delegate=yes",
         "KillMode=mixed",
         "SyslogIdentifier=%N",
-        *_service_limits(k),
-        *_address_policy(k),
+        *policy["service"],
+        *policy["memory"],
+        *policy["address"],
         "ExecStartPre=/bin/rm -f %t/%N.cid",
         f"ExecStop={podman} stop --ignore -t {k['stop_timeout']} --cidfile=%t/%N.cid",
         f"ExecStopPost=-{podman} rm -v -f --ignore -t 10 --cidfile=%t/%N.cid",
@@ -1024,7 +1064,7 @@ def podman_env_file(env, header=None, host=""):
     """
     problems = []
     if not isinstance(env, dict):
-        raise ContainerUnitError([say(host, "environment", env, Refusal("not a dict", "pass NAME: value pairs"))])
+        raise _refused(host, "environment", env, "not a dict", "pass NAME: value pairs")
     lines = [f"# {line}" for line in (header.splitlines() if isinstance(header, str) else [])]
     for name in sorted(env, key=str):
         value = env[name]
@@ -1034,34 +1074,30 @@ def podman_env_file(env, header=None, host=""):
             continue
         if name in SECRET_ENV:
             problems.append(
-                say(
+                _say(
                     host,
                     f"environment[{name}]",
                     "(not shown)",
-                    Refusal(
-                        "a key, and podman inspect shows every variable of the env file",
-                        "give it as a podman secret (vllm_service_container_secrets)",
-                    ),
+                    "a key, and podman inspect shows every variable of the env file",
+                    "give it as a podman secret (vllm_service_container_secrets)",
                 )
             )
             continue
         if name in ENV_FILE_OWNED:
-            problems.append(say(host, f"environment[{name}]", value, Refusal(ENV_FILE_OWNED[name], "drop it")))
+            problems.append(_say(host, f"environment[{name}]", value, ENV_FILE_OWNED[name], "drop it"))
             continue
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            problems.append(say(host, f"environment[{name}]", value, Refusal("not a string or number", "quote it")))
+            problems.append(_say(host, f"environment[{name}]", value, "not a string or number", "quote it"))
             continue
         text = str(value)
         if re.search(r"[\n\r\x00]", text):
             problems.append(
-                say(
+                _say(
                     host,
                     f"environment[{name}]",
                     text,
-                    Refusal(
-                        "has a newline, carriage return or NUL, which podman's env file reader cuts or keeps out",
-                        "write the value on one line",
-                    ),
+                    "has a newline, carriage return or NUL, which podman's env file reader cuts or keeps out",
+                    "write the value on one line",
                 )
             )
             continue

@@ -882,7 +882,10 @@ def test_the_systemd_firewall_is_in_the_container_unit_as_in_the_venv_unit(podma
     ]
     assert service == [("IPAddressDeny", "any"), ("IPAddressAllow", "localhost 10.0.0.7 10.1.0.0/16 fd00::5")]
     venv_template = (REPO / "roles/vllm_service/templates/vllm@.service.j2").read_text()
-    assert "IPAddressDeny=any\nIPAddressAllow=localhost {{" in venv_template  # the same policy, the same words
+    # The same policy, the same words: the venv unit writes unit_policy's lines (the vllm_unit_policy filter).
+    assert "vllm.cpu_fleet.vllm_unit_policy(" in venv_template and "\n{{ policy.address }}\n" in venv_template
+    venv = container.unit_policy("venv", "%i", address_allow=sources)["address"]
+    assert [line for line in venv if not line.startswith("#")] == [f"{key}={value}" for key, value in service]
 
 
 @pytest.mark.parametrize("podman", ["5.4.2", "4.3.1"])
@@ -900,3 +903,51 @@ def test_a_source_systemd_would_misread_is_refused(sources):
     with pytest.raises(container.ContainerUnitError) as err:
         container.container_unit(instance, _serve(instance), _knobs(firewall_unit=None, address_allow=sources))
     assert "vllm_service_firewall: systemd" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------ one policy for every style
+
+
+def _policy_lines(style, **knobs):
+    policy = container.unit_policy(style, "%i", **knobs)
+    return {block: [line for line in lines if not line.startswith("#")] for block, lines in policy.items()}
+
+
+@pytest.mark.parametrize("systemd", [0, 252, 254, 257])
+@pytest.mark.parametrize("firewall_unit", [None, "vllm-firewall.service"])
+def test_every_style_writes_the_same_policy_lines(systemd, firewall_unit):
+    """vllm@.service.j2 (venv), the Quadlet file and the podman-run unit take these lines from unit_policy: only
+    Description=, the container's longer stop timeout and its TimeoutStartSec= differ."""
+    knobs = dict(firewall_unit=firewall_unit, systemd_version=systemd, memory_high_mib=5, memory_max_mib=6)
+    venv, quadlet, podman_run = (_policy_lines(style, **knobs) for style in ("venv", "quadlet", "podman-run"))
+    assert quadlet == podman_run
+    assert venv["unit"][1] == "Description=vLLM OpenAI-compatible server (%i)"
+    assert quadlet["unit"][1] == "Description=vLLM OpenAI-compatible server (%i, container)"
+    assert venv["unit"][2:] == quadlet["unit"][2:]
+    assert ("Requires=vllm-firewall.service" in venv["unit"]) is bool(firewall_unit)
+    assert venv["service"][-1] == "TimeoutStopSec=90" and quadlet["service"][-1] == "TimeoutStopSec=120"
+    assert venv["service"][:-1] == [line for line in quadlet["service"][:-1] if not line.startswith("TimeoutStart")]
+    assert venv["memory"] == quadlet["memory"] == ["MemoryHigh=5M", "MemoryMax=6M"]
+    assert venv["address"] == quadlet["address"] == []
+
+
+def test_the_venv_policy_is_written_as_the_template_wrote_it():
+    """Byte for byte what vllm@.service.j2 wrote before the policy had one home (a changed unit restarts every
+    instance): the comment names the systemd it saw, and IPAddressAllow= without sources ends in a blank."""
+    policy = container.unit_policy("venv", "%i", systemd_version=0, systemd_version_text="< 254", address_allow=[])
+    assert policy["service"] == [
+        "Restart=always",
+        "# systemd < 254 has no RestartSteps=: a fixed pause.",
+        "RestartSec=15",
+        "TimeoutStopSec=90",
+    ]
+    assert policy["address"][-1] == "IPAddressAllow=localhost "
+    assert policy["memory"] == ["MemoryHigh=NoneM", "MemoryMax=NoneM"]
+    assert container.unit_policy("quadlet", "x", address_allow=[])["address"][-1] == "IPAddressAllow=localhost"
+    assert container.unit_policy("quadlet", "x")["memory"] == []
+
+
+def test_a_style_the_unit_has_not_is_refused():
+    with pytest.raises(ContainerUnitError) as err:
+        container.unit_policy("docker", "%i")
+    assert "style: is 'docker', not a style of the vllm@ unit; fix: one of venv, quadlet, podman-run." in str(err.value)
