@@ -1,8 +1,9 @@
-"""Thin Jinja2 filters over module_utils/vllm_container.py (container mode, issue 30): roles never recompute a unit,
+"""Thin Jinja2 filters over plugin_utils/vllm_container.py (container mode, issue 30): roles never recompute a unit,
 the seccomp profile or the podman env file."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import (
     VARIABLES,
     ContainerUnitError,
     container_unit,
@@ -14,7 +15,6 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     secret_style,
     unit_style,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
 
 
 def _fail(name, err):

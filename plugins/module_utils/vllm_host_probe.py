@@ -20,7 +20,7 @@
 - ``container``: {podman, seccomp, dirs, tools} -> whether SELinux enforces, ``podman --version`` (or why it did
   not run), whether podman's default seccomp profile is there, the free space under each of dirs (podman's storage,
   the image build's work root: at their nearest existing directory) and where each of tools is on PATH (crun,
-  debootstrap); container mode (module_utils/vllm_preflight_container.py).
+  debootstrap); container mode (plugin_utils/preflight/container.py).
 
 One module run answers all of them: each remote run costs a large fleet's controller more than what it reads.
 """

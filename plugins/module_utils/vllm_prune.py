@@ -19,7 +19,7 @@ import re
 import shutil
 
 # <root>/<version>-<build class>, or <version>-<build class>-r<8 hex of the install record> for a reinstall
-# of the version a host serves (module_utils/vllm_preflight.install_directory).
+# of the version a host serves (plugin_utils/preflight/install.py install_directory).
 NAME = re.compile(r"^(?P<base>(?P<version>[^-/]+)-[^/]+?)(?:-r(?P<digest>[0-9a-f]{8}))?$")
 # Where an interrupted prune left a directory it had renamed for removal: removed on the next run.
 TRASH_PREFIX = ".vllm-prune-"

@@ -1,4 +1,4 @@
-"""module_utils/vllm_preflight.py: preflight's checks and the install decision, on real files and a recorded machine."""
+"""preflight/checks.py: preflight's checks and the install decision, on real files and a recorded machine."""
 
 import base64
 import hashlib
@@ -12,10 +12,9 @@ import string
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight_install as install
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight_service as service_room
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import checks, install
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import service as service_room
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO, load_expected_facts
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st

@@ -8,7 +8,6 @@ import copy
 import re
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
     RELEASES,
     ROW_FORMAT,
@@ -26,6 +25,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     validate_row,
     wheel_libraries,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 SPR_ISA = {"avx2": True, "avx512f": True, "avx512_bf16": True, "avx512_vnni": True, "amx_bf16": True}
@@ -530,8 +530,9 @@ def _code_outside_the_row_format():
     """The text of every file that uses rows: plugins, roles, playbooks, scripts; the table module
     without its row format and validation, and never the probe (which writes rows)."""
     texts = []
-    for pattern in ("plugins/module_utils/*.py", "plugins/filter/*.py", "roles/**/*.yml", "roles/**/*.j2",
-                    "roles/**/*.py", "playbooks/*.yml", "scripts/*"):  # fmt: skip
+    for pattern in ("plugins/module_utils/*.py", "plugins/plugin_utils/*.py", "plugins/plugin_utils/preflight/*.py",
+                    "plugins/filter/*.py", "roles/**/*.yml", "roles/**/*.j2", "roles/**/*.py", "playbooks/*.yml",
+                    "scripts/*"):  # fmt: skip
         for path in sorted(REPO.glob(pattern)):
             if path.name == "vllm_cpu_release_probe.py" or not path.is_file():  # scripts/__pycache__
                 continue

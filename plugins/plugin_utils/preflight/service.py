@@ -7,7 +7,6 @@ import re
 from collections import Counter
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import GIB, _overrides, networks
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
     Refusal,
     bearer_token,
@@ -16,7 +15,8 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import 
     say,
     url_path,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import tls_problems
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import GIB, _overrides, networks
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_tls import tls_problems
 
 MEMORY_FLAGS = re.compile(r"^--(gpu-memory-utilization|kv-cache-memory|kv-cache-memory-bytes|swap-space)(=|$)")
 # What vllm_service's command line sets from its own variables and the plan (the flag: where to set it instead):

@@ -8,12 +8,14 @@ import shlex
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info, torch_pin
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import wheelhouse_command
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.install import wheelhouse_command
 
 # scripts/onednn-source.sh by its path in this copy of the collection (preflight runs on the controller).
 ONEDNN_SCRIPT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))), "scripts", "onednn-source.sh"
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))),
+    "scripts",
+    "onednn-source.sh",
 )
 
 

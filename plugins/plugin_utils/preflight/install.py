@@ -15,8 +15,8 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases i
     routes,
     torch_pin,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import garbled_pins, select_wheels
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import GIB, _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import GIB, _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel import garbled_pins, select_wheels
 
 # The wheels' tar arrives in a temporary directory and is unpacked next to it (counted twice), plus slack.
 WHEELHOUSE_SLACK_BYTES = 268435456
@@ -25,7 +25,9 @@ NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
 # scripts/wheelhouse.sh by its path in this copy of the collection (a checkout or an installed one; preflight runs
 # on the controller): the fix names a command that runs from any directory, into the wheelhouse preflight read.
 WHEELHOUSE_SCRIPT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))), "scripts", "wheelhouse.sh"
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))),
+    "scripts",
+    "wheelhouse.sh",
 )
 
 

@@ -17,7 +17,7 @@ the builder. ``image_plan`` works that out (and says every problem in the house'
 which of a host's images may go (never one a unit, a container or a rollout snapshot names).
 
 Pure Python (the standard library and the collection's module_utils): the filters of plugins/filter/vllm_image.py
-and preflight's container room (vllm_preflight_container.py) call it, on the controller.
+and preflight's container room (preflight/container.py) call it, on the controller.
 """
 
 import datetime
@@ -26,19 +26,19 @@ import json
 import os
 import re
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import DEFAULTS as UNIT_DEFAULTS
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_prune import public_version_key
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.install import wheelhouse_command
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import DEFAULTS as UNIT_DEFAULTS
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import (
     PUBLIC_REGISTRIES,
     image_reference,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel import (
     SHA256_HEX,
     garbled_pins,
     hashed_requirements,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import wheelhouse_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_prune import public_version_key
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
 
 # The image's repository under the inventory's registry, and the base images' (built on the builder, never pushed).
 REPOSITORY = "vllm-cpu-fleet/vllm"

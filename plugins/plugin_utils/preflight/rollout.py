@@ -1,6 +1,6 @@
 """Preflight's rollout room: the batches (rollout_serial)."""
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import parse_serial
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_rollout_serial import parse_serial
 
 
 def rollout(host, v):

@@ -9,7 +9,9 @@ such hosts (``building``); ``mode_knobs()`` judges every vLLM host, whatever its
 reads, set in the inventory, is a setting the operator believes in and the host would ignore.
 """
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import archive_url, say
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.install import GIB
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import (
     ContainerUnitError,
     image_reference,
     podman_env_file,
@@ -17,9 +19,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     podman_version_ok,
     shm_need_mib,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import image_plan, registry_problems
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import GIB
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import archive_url, say
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_image import image_plan, registry_problems
 
 # podman's storage for root (graphroot of /etc/containers/storage.conf's default) and its default seccomp profile,
 # which the role derives the units' profile from (vllm_container.seccomp_profile).
