@@ -17,14 +17,14 @@ from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
 from ansible.template import is_trusted_as_template, trust_as_template
 from ansible.utils.display import Display
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_converged, vllm_lb_backends
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_releases as releases
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
-    InvalidReleaseRowError,
-    release_overrides,
-)
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_releases as releases
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import checks
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import ephemeral_cache_warning
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import PlanError, plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
+    InvalidReleaseRowError,
+    release_overrides,
+)
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_tls import is_ip
 
 COLLECTION = Path(__file__).resolve().parents[2]

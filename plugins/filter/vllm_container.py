@@ -2,7 +2,6 @@
 the seccomp profile or the podman env file."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import (
     VARIABLES,
     ContainerUnitError,
@@ -15,6 +14,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container impo
     secret_style,
     unit_style,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import Refusal, say
 
 
 def _fail(name, err):

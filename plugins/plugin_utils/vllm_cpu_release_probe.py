@@ -2,7 +2,7 @@
 
 Plain Python: the standard library and ansible-core's open_url. ``probe(source)`` reads the files a row depends on and
 returns ``(row, evidence)``: the row has the release table's keys
-(plugins/module_utils/vllm_cpu_releases.py), evidence maps each key to the
+(plugins/plugin_utils/vllm_cpu_releases.py), evidence maps each key to the
 ``path:line`` places it was read from. ``diff_rows`` lists every difference
 between two rows with both sides' evidence, which is what a reviewer reads
 when a new tag comes out. ``fetch_sdist`` downloads a release's sdist from the

@@ -27,7 +27,6 @@ import os
 import re
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_prune import public_version_key
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.install import wheelhouse_command
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import DEFAULTS as UNIT_DEFAULTS
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import (
@@ -39,6 +38,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel impo
     garbled_pins,
     hashed_requirements,
 )
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import Refusal, say
 
 # The image's repository under the inventory's registry, and the base images' (built on the builder, never pushed).
 REPOSITORY = "vllm-cpu-fleet/vllm"

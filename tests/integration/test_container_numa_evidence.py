@@ -10,9 +10,9 @@ import re
 import tarfile
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_container as container
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_release_probe as probe_lib
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES
 from conftest import REPO
 
 CACHE = probe_lib.cache_dir() if probe_lib.cache_dir().is_absolute() else REPO / probe_lib.cache_dir()

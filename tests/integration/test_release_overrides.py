@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, release_info
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES, release_info
 from conftest import REPO
 from test_preflight import controller_inputs, failure_of, recap, run_preflight  # noqa: F401  # pylint: disable=unused-import
 

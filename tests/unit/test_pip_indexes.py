@@ -11,7 +11,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible_collections.vllm.cpu_fleet.plugins.action import vllm_preflight as action
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_syntax as syntax
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_syntax as syntax
 from hypothesis import given
 from hypothesis import strategies as st
 

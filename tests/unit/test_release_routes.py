@@ -7,13 +7,13 @@ Preflight's install room refuses it first and names the build route.
 import re
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
     RELEASES,
     prebuilt_versions,
     routes,
     supported_versions,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import checks
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 from ansible_collections.vllm.cpu_fleet.tests.unit.test_preflight_checks import FACTS, host_probe, install_vars
 

