@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from ansible.module_utils.urls import open_url
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_common import file_sha256
 
 INDEX_JSON = "https://pypi.org/pypi/{name}/json"
 FILES_HOST = "https://files.pythonhosted.org/"

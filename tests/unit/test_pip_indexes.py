@@ -1,4 +1,4 @@
-"""One index per pip route (vllm_preflight_common.pip_indexes), and pip's URL and host words (vllm_syntax).
+"""One index per pip route (preflight/common.py pip_indexes), and pip's URL and host words (vllm_syntax).
 
 pip takes every package from whichever of its indexes offers the highest version, so a second index can replace
 any package of the first (dependency confusion): extra indexes are refused unless their opt-in is set. Each URL and

@@ -6,10 +6,10 @@ returns ``(problems, facts)``: every problem as "<host>: <variable>: <problem>; 
 them, not the first), and the facts later tasks consume. Controller files (the model directory, the
 artifact store, the wheelhouse) are read by the checks: they are on the controller, where these run.
 
-This module is the facade: each section's checks live in a room of their own, and a new check goes into its
-room, not here.
+This module is the facade: each section's checks live in a file of their own, and a new check goes into its
+section's file, not here.
 
-- preflight/common.py: the helpers the rooms share, and the checks every host's inputs get (types as
+- preflight/common.py: the helpers the sections share, and the checks every host's inputs get (types as
   written, host paths, one-line texts, bounds, names, versions, the converged record)
 - preflight/toolchain.py: toolchain()
 - preflight/build.py: build_host()
@@ -20,10 +20,10 @@ room, not here.
 - preflight/loadbalancer.py: loadbalancer()
 - preflight/monitoring.py: monitoring(), monitoring_platform()
 
-The destination rules the rooms apply (say(), host_path(), url_path()...) are vllm_syntax.py's.
+The destination rules the sections apply (say(), host_path(), url_path()...) are vllm_syntax.py's.
 """
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_common import file_sha256
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import kind_of
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.build import build_host
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import (

@@ -1,7 +1,7 @@
 """Preflight's shared helpers and the checks every host's inputs get, whatever its sections (vllm_preflight.py).
 
 The types as written, absolute and portable host paths, one-line texts, the numbers' bounds, the names of accounts
-and groups, the versions, the converged record; and the helpers more than one room uses (addresses, networks, host
+and groups, the versions, the converged record; and the helpers more than one section uses (addresses, networks, host
 names, the release overrides).
 """
 

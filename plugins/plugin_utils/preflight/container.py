@@ -1,4 +1,4 @@
-"""Preflight's container room (vllm_service_mode: container, issue 30): podman on the host (missing, older than 4.3,
+"""Preflight's container section (vllm_service_mode: container, issue 30): podman on the host (missing, older than 4.3,
 without crun or its default seccomp profile), room in its storage for the image, the registry, what the image is
 built from (the controller's wheelhouse for the image's suite, the built wheel), and the mixes the mode cannot serve
 (a model from the hub, the knobs of the other mode). A key is served on every podman it accepts: before 5.3
@@ -51,7 +51,7 @@ CONTAINER_ENV = ("USER", "LOGNAME")
 
 
 def probe_spec(v):
-    """What the facts module's probe reads on the host for this room. The image the units will run is looked for
+    """What the facts module's probe reads on the host for this section. The image the units will run is looked for
     once the run knows it (roles/vllm_image's reference, during the rollout's own checks): it is a podman argument,
     so only a well-formed reference is passed."""
     image = v.get("vllm_service_container_image") or ""

@@ -1,4 +1,4 @@
-"""Preflight's loadbalancer room: the load balancer's words that go into haproxy.cfg as written."""
+"""Preflight's loadbalancer section: the load balancer's words that go into haproxy.cfg as written."""
 
 import os
 import re

@@ -1,4 +1,4 @@
-"""Preflight's monitoring room: the durations, sizes, URL, ports, thresholds and networks Prometheus, Alertmanager,
+"""Preflight's monitoring section: the durations, sizes, URL, ports, thresholds and networks Prometheus, Alertmanager,
 systemd and nftables read as written, and the platforms the monitoring role installs on."""
 
 import ipaddress

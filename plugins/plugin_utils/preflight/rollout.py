@@ -1,4 +1,4 @@
-"""Preflight's rollout room: the batches (rollout_serial)."""
+"""Preflight's rollout section: the batches (rollout_serial)."""
 
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_rollout_serial import parse_serial
 

@@ -1,4 +1,4 @@
-"""Preflight's service room: the service inputs against the plan and what the host told (listeners, addresses,
+"""Preflight's service section: the service inputs against the plan and what the host told (listeners, addresses,
 /dev/shm, firewall), and the extra arguments and environment that would replace the role's."""
 
 import math
@@ -122,7 +122,7 @@ CAP_NET_ADMIN = 12
 
 # The address lists the instance firewall admits (firewall.nft.j2's sets, the unit's IPAddressAllow=): systemd reads
 # `any` there as every address, nft drops host bits. monitoring_sources is the shared role's, and reaches the firewall
-# even where no monitoring room checks it (a fleet without monitoring hosts).
+# even where no monitoring section checks it (a fleet without monitoring hosts).
 SOURCE_LISTS = ("vllm_service_firewall_loadbalancer_sources", "vllm_service_firewall_allow", "monitoring_sources")
 
 

@@ -1,4 +1,4 @@
-"""Preflight's toolchain room: the distribution's package list and compiler against the release and this CPU."""
+"""Preflight's toolchain section: the distribution's package list and compiler against the release and this CPU."""
 
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import _overrides
 from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import compiler_verdict
