@@ -34,10 +34,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "collections"))  # the collection, through the checkout's link
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_container as container  # noqa: E402
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan  # noqa: E402
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command, systemd_words  # noqa: E402
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import read_cpu_facts  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_container as container  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_serve import serve_command, systemd_words  # noqa: E402
 
 VERSION = "0.32.0"
 HOME = "/var/lib/vllm"

@@ -215,8 +215,8 @@ def op_check(venv):
 
 def plans(version):
     sys.path.insert(0, str(REPO / "collections"))
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
     from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import read_cpu_facts
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan
 
     machines = {"this host": read_cpu_facts("/"), "spr-2s-amx": json.loads(AMX_MACHINE.read_text())}
     result = {}

@@ -42,8 +42,8 @@ class Refused(Exception):
 
 
 def torch_pin(version, arch, overrides_file=""):
-    """The release table's pin: plugins/module_utils/vllm_cpu_releases.py is the one home of the +cpu rule."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "module_utils"))
+    """The release table's pin: plugins/plugin_utils/vllm_cpu_releases.py is the one home of the +cpu rule."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "plugin_utils"))
     from vllm_cpu_releases import OVERRIDES_VARIABLE, InvalidReleaseRowError, UnknownReleaseError
     from vllm_cpu_releases import torch_pin as pin
 

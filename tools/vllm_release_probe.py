@@ -41,9 +41,9 @@ for _root in (REPO / "collections", *REPO.parents[2:3]):
         sys.path.insert(0, str(_root))
         break
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_release_probe as probe_lib  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_release_probe as probe_lib  # noqa: E402
 
-ROWS_FILE = REPO / "plugins" / "module_utils" / "vllm_cpu_releases.json"
+ROWS_FILE = REPO / "plugins" / "plugin_utils" / "vllm_cpu_releases.json"
 
 
 def _load_table():

@@ -17,15 +17,15 @@ from ansible.plugins.loader import filter_loader, lookup_loader, test_loader
 from ansible.template import is_trusted_as_template, trust_as_template
 from ansible.utils.display import Display
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_converged, vllm_lb_backends
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_releases as releases
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, plan
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_releases as releases
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import ephemeral_cache_warning
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import PlanError, plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
     InvalidReleaseRowError,
     release_overrides,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import ephemeral_cache_warning
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import is_ip
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_tls import is_ip
 
 COLLECTION = Path(__file__).resolve().parents[2]
 ROLES = COLLECTION / "roles"
@@ -342,7 +342,7 @@ class ActionModule(ActionBase):
         fleet = getattr(self, "_fleet_values", None)
         serving, building = ActionModule._container_roles(host, task_vars, merged, templar, fleet)
         if is_vllm_host:
-            # A container host installs no venv: the image is its install (the container room).
+            # A container host installs no venv: the image is its install (the container section).
             sections += ["service", "rollout"] if serving else ["install", "service", "rollout"]
         if serving or building:
             sections.append("container")
@@ -421,7 +421,7 @@ class ActionModule(ActionBase):
         sections = args["sections"] or self._sections(host, task_vars, merged, templar)
 
         problems, warnings, v = [], [], {}
-        # The container room reads the service's inputs too (the model source, the keys, the extra environment).
+        # The container section reads the service's inputs too (the model source, the keys, the extra environment).
         serves = "container" in sections and host in task_vars.get("groups", {}).get("vllm_hosts", [])
         typed = [SHARED_ROLE, *(SECTION_ROLES[name] for name in sections), *(["vllm_service"] if serves else [])]
         unreadable = []
@@ -783,7 +783,7 @@ class ActionModule(ActionBase):
     @staticmethod
     def _set_knobs(task_vars):
         """The knobs of one mode the inventory (or -e) sets to other than their role default, as written: the
-        container room refuses those of the other mode."""
+        container section refuses those of the other mode."""
         defaults = _role_defaults()
         return sorted(
             name

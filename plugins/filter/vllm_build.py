@@ -4,7 +4,7 @@ import hashlib
 import json
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import select_wheels, wheel_pattern
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel import select_wheels, wheel_pattern
 
 MANIFEST_FORMAT = 1
 

@@ -1,8 +1,8 @@
-"""Thin Jinja2 filters over module_utils/vllm_container.py (container mode, issue 30): roles never recompute a unit,
+"""Thin Jinja2 filters over plugin_utils/vllm_container.py (container mode, issue 30): roles never recompute a unit,
 the seccomp profile or the podman env file; the venv unit takes its systemd policy from the same place."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import (
     VARIABLES,
     ContainerUnitError,
     container_unit,
@@ -15,7 +15,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     unit_policy,
     unit_style,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import Refusal, say
 
 
 def _fail(name, err):

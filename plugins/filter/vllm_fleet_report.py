@@ -1,6 +1,6 @@
-"""Thin Jinja2 filters over the live fleet report (module_utils/vllm_fleet_report.py)."""
+"""Thin Jinja2 filters over the live fleet report (plugin_utils/vllm_fleet_report.py)."""
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_fleet_report import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_fleet_report import (
     build_report,
     prometheus_queries,
     render_html,

@@ -1,8 +1,8 @@
-"""Thin Jinja2 filters over module_utils/vllm_image.py: the fleet's own vLLM image (what it is built from, its name)
+"""Thin Jinja2 filters over plugin_utils/vllm_image.py: the fleet's own vLLM image (what it is built from, its name)
 and which of a host's images, and of the archives on the controller and the builders, may go."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_image import (
     image_plan,
     prune_decision,
     repository,

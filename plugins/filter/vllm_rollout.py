@@ -1,10 +1,10 @@
-"""Thin Jinja2 filters over the rollout's order and batch sizes (module_utils/vllm_rollout_serial.py)."""
+"""Thin Jinja2 filters over the rollout's order and batch sizes (plugin_utils/vllm_rollout_serial.py)."""
 
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_rollout_serial import (
     SerialError,
     batch_sizes,
     canary_order,

@@ -1,4 +1,4 @@
-"""Thin Jinja2 filter over the vllm_service role's container units (module_utils/vllm_container.py makes them)."""
+"""Thin Jinja2 filter over the vllm_service role's container units (plugin_utils/vllm_container.py makes them)."""
 
 from collections.abc import Mapping
 

@@ -30,11 +30,11 @@ import shutil
 import stat
 import subprocess
 
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_common import file_sha256
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import server_owner
 
 # 2: the witnesses hold the files' and directories' modes and owners (a record of format 1 is no record).
 RECORD_FORMAT = 2
-_CHUNK = 1 << 20
 
 
 def digest(value):
@@ -175,14 +175,6 @@ def _not_ready_on_loadbalancers(decisions, inputs_by_host):
 
 
 # ---- on the host (standard library only) ----
-
-
-def file_sha256(path):
-    sha = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            sha.update(chunk)
-    return sha.hexdigest()
 
 
 def _paths_under(paths):

@@ -20,7 +20,7 @@
 - ``container``: {podman, seccomp, dirs, tools} -> whether SELinux enforces, ``podman --version`` (or why it did
   not run), whether podman's default seccomp profile is there, the free space under each of dirs (podman's storage,
   the image build's work root: at their nearest existing directory) and where each of tools is on PATH (crun,
-  debootstrap); container mode (module_utils/vllm_preflight_container.py).
+  debootstrap); container mode (plugin_utils/preflight/container.py).
 
 One module run answers all of them: each remote run costs a large fleet's controller more than what it reads.
 """
@@ -28,7 +28,6 @@ One module run answers all of them: each remote run costs a large fleet's contro
 import contextlib
 import glob
 import io
-import json
 import os
 import pwd
 import shutil
@@ -37,6 +36,7 @@ import struct
 import subprocess
 import sys
 
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_common
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import read_record
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_addresses import NLM_F_DUMP, NetlinkError, ask
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_prune import snapshot_paths
@@ -131,11 +131,8 @@ def glibc_version():
 
 
 def read_json(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return {}
+    """The JSON object in path, {} when it is missing, unreadable, invalid or not an object."""
+    data = vllm_common.read_json(path, {})
     return data if isinstance(data, dict) else {}
 
 

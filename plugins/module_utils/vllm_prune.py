@@ -13,63 +13,19 @@ for it (standard library only, runs inside the vllm_prune module as root):
 """
 
 import glob
-import json
 import os
 import re
 import shutil
 
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_common
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_common import public_version_key, version_key
+
 # <root>/<version>-<build class>, or <version>-<build class>-r<8 hex of the install record> for a reinstall
-# of the version a host serves (module_utils/vllm_preflight.install_directory).
+# of the version a host serves (plugin_utils/preflight/install.py install_directory).
 NAME = re.compile(r"^(?P<base>(?P<version>[^-/]+)-[^/]+?)(?:-r(?P<digest>[0-9a-f]{8}))?$")
 # Where an interrupted prune left a directory it had renamed for removal: removed on the next run.
 TRASH_PREFIX = ".vllm-prune-"
 SITE_PACKAGES = re.compile(r"\s(/\S+?)/lib/python3[.\d]*/site-packages/")
-
-# PEP 440 (the pattern packaging.version uses).
-_VERSION = re.compile(
-    r"""^\s*v?
-    (?:(?P<epoch>[0-9]+)!)?
-    (?P<release>[0-9]+(?:\.[0-9]+)*)
-    (?P<pre>[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?
-    (?P<post>(?:-(?P<post_n1>[0-9]+))|(?:[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?))?
-    (?P<dev>[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?
-    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
-    \s*$""",
-    re.VERBOSE | re.IGNORECASE,
-)
-_PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
-
-
-def version_key(text):
-    """A sort key ordering version strings as packaging.version.Version does; None when text is no version."""
-    found = _VERSION.match(text or "")
-    if not found:
-        return None
-    release = [int(part) for part in found["release"].split(".")]
-    while len(release) > 1 and release[-1] == 0:
-        release.pop()  # 1.0 == 1.0.0
-    if found["pre"]:
-        pre = (1, _PRE_RANK[found["pre_l"].lower()], int(found["pre_n"] or 0))
-    elif found["dev"] and not found["post"]:
-        pre = (0,)  # 1.0.dev1 sorts before 1.0a1
-    else:
-        pre = (2,)
-    post_n = found["post_n1"] or found["post_n2"]
-    post = (1, int(post_n or 0)) if found["post"] else (0,)
-    dev = (0, int(found["dev_n"] or 0)) if found["dev"] else (1,)
-    local = tuple(
-        (1, int(part), "") if part.isdigit() else (0, 0, part.lower())
-        for part in re.split(r"[-_.]", found["local"] or "")
-        if part
-    )
-    return (int(found["epoch"] or 0), tuple(release), pre, post, dev, local)
-
-
-def public_version_key(text):
-    """version_key without the local label (+cpu): 0.32.0 and 0.32.0+cpu are one version."""
-    key = version_key(text)
-    return key[:5] if key else None
-
 
 def base_name(path):
     """<version>-<class> of an install directory (its -r<digest> reinstall suffix dropped), or None."""
@@ -152,11 +108,8 @@ def _sorted(remove, keep):
 
 
 def read_json(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None
+    """The JSON document in path, None when it is missing, unreadable or invalid."""
+    return vllm_common.read_json(path, None)
 
 
 def recorded_version(venv):

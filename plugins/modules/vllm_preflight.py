@@ -11,7 +11,7 @@ description:
     Runs C(vllm.cpu_fleet.vllm_cpu_facts) once on the host, asking it at the same time for what the checks must read
     there (the Python that makes the virtualenv, free space, install records, listeners, /dev/shm, capabilities; see its
     C(probe) option), plans the host (the C(vllm_cpu_plan) planner), and runs every check of the sections the host needs
-    on the controller (C(module_utils/vllm_preflight.py)). It fails with every problem at once, each as
+    on the controller (C(plugin_utils/preflight/checks.py)). It fails with every problem at once, each as
     C(<host>: <variable>: <problem>; fix: <fix>).
   - Variables are the roles' effective ones - the inventory's, else the collection's role defaults - typed and checked
     by each role's C(meta/argument_specs.yml) (strings from C(-e) are converted). Nothing on the host changes.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import release_info
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = REPO / ".cache" / "sources"

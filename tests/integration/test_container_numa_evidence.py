@@ -1,4 +1,4 @@
-"""The container mode's NUMA syscall table (module_utils/vllm_container.py NUMA_SYSCALLS) against vLLM's own source.
+"""The container mode's NUMA syscall table (plugin_utils/vllm_container.py NUMA_SYSCALLS) against vLLM's own source.
 
 The seccomp profile adds to podman's default exactly the syscalls the table says each release's NUMA binding makes;
 each row names the lines of csrc/cpu/utils.cpp that call libnuma and the worker line that reaches them. The sdists
@@ -10,9 +10,9 @@ import re
 import tarfile
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_container as container
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_release_probe as probe_lib
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_container as container
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_release_probe as probe_lib
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES
 from conftest import REPO
 
 CACHE = probe_lib.cache_dir() if probe_lib.cache_dir().is_absolute() else REPO / probe_lib.cache_dir()

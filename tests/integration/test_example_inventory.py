@@ -36,7 +36,7 @@ def role_options():
 
 def plan_host(inventory, host, machine):
     """The planner's result for ``host``'s inventory knobs on recorded ``machine``."""
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan
 
     host_vars = inventory["_meta"]["hostvars"][host]
     prefix = "vllm_plan_"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.module_utils.compat.version import LooseVersion
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_planner
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_planner
 from conftest import REPO
 
 BIN = Path(sys.executable).parent

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, release_info
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES, release_info
 from conftest import REPO
 from test_preflight import controller_inputs, failure_of, recap, run_preflight  # noqa: F401  # pylint: disable=unused-import
 
@@ -197,7 +197,7 @@ def test_roles_and_playbooks_read_the_table_only_through_the_overrides():
         for arguments in _calls(text, "vllm_cpu_plan"):
             seen += 1
             assert "vllm_release_overrides" in arguments or arguments.strip() == "vllm_plan_options", path
-    # Preflight's checks read the table in Python (module_utils/vllm_preflight.py, tests/unit/test_preflight.py).
+    # Preflight's checks read the table in Python (plugin_utils/preflight/checks.py, tests/unit/test_preflight.py).
     assert seen >= 9
     plan_vars = (REPO / "roles/vllm_plan/vars/main.yml").read_text()
     assert 'release_overrides: "{{ vllm_release_overrides | default({}) }}"' in plan_vars

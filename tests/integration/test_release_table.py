@@ -12,8 +12,8 @@ lacks taken from the release the row names.
 import sys
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_release_probe as probe_lib
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, supported_versions
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_release_probe as probe_lib
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES, supported_versions
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tools"))

@@ -18,7 +18,7 @@ from conftest import MACHINE_NAMES, REPO
 
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 import fleet_report_fake as fake
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_fleet_report as report
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_fleet_report as report
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ANSIBLE_PLAYBOOK = str(REPO / ".venv" / "bin" / "ansible-playbook")

@@ -105,7 +105,7 @@ def test_wrong_type_fails_before_any_task_naming_the_variable(tmp_path, role, va
 
 def test_vllm_plan_defaults_are_the_planners():
     """The role's knobs, left at their defaults, give the planner exactly its own defaults."""
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_planner
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_planner
 
     defaults = yaml.safe_load((REPO / "roles/vllm_plan/defaults/main.yml").read_text())
     knobs = {name.removeprefix("vllm_plan_"): value for name, value in defaults.items()}

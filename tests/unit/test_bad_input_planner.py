@@ -8,7 +8,7 @@ import time
 
 import pytest
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import parse_cpulist
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, check, plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import PlanError, check, plan
 from ansible_collections.vllm.cpu_fleet.tests.unit.topologies import make_facts
 
 V32 = {"vllm_version": "0.32.0", "host": "h1"}

@@ -1,4 +1,4 @@
-"""module_utils/vllm_container.py: the container mode's units, seccomp profile, environment file and version rules.
+"""plugin_utils/vllm_container.py: the container mode's units, seccomp profile, environment file and version rules.
 
 Each output is read back the way its reader reads it: the Quadlet file's keys against the release of podman whose
 Quadlet first reads them and its Exec= as Quadlet and systemd split it, the podman-run unit by systemd-analyze, the
@@ -21,11 +21,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # conftest makes the collection importable, also when this file runs as a script.
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_container as container
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan as make_plan
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import SHELL_OWNED
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_container as container
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan as make_plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_serve import serve_command
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import SHELL_OWNED
 from ansible_collections.vllm.cpu_fleet.tests.conftest import (
     MACHINE_NAMES,
     REPO,

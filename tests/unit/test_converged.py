@@ -19,7 +19,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged impo
     unwritable,
     write_record,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight import converged_record
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.checks import converged_record
 
 OWN, LB, LB2 = "a" * 64, "b" * 64, "c" * 64
 

@@ -8,7 +8,7 @@ file and stops before any change; this pins down which combinations it refuses a
 
 import pytest
 import yaml
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
     RELEASES,
     _version_tuple,
     compiler_verdict,

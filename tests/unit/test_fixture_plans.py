@@ -19,7 +19,7 @@ VERSIONS = ("0.32.0", "0.13.0")
 
 
 def plan(facts, options):
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan as make_plan
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan as make_plan
 
     return make_plan(facts, options)
 

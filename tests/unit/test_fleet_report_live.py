@@ -1,4 +1,4 @@
-"""The live fleet report (module_utils/vllm_fleet_report.py): /metrics and show stat parsing, Prometheus answers,
+"""The live fleet report (plugin_utils/vllm_fleet_report.py): /metrics and show stat parsing, Prometheus answers,
 rows for every host whatever could be read, escaping, one SVG chart pair per host class."""
 
 import html
@@ -9,8 +9,8 @@ import sys
 import pytest
 import yaml
 from ansible_collections.vllm.cpu_fleet.plugins.filter import vllm_fleet_report as filters
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_fleet_report as report
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import BackendError
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_fleet_report as report
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))

@@ -1,4 +1,4 @@
-"""The fleet's own image (container mode, issue 30): module_utils/vllm_image.py (what it is built from, its name,
+"""The fleet's own image (container mode, issue 30): plugin_utils/vllm_image.py (what it is built from, its name,
 which images a host may remove), its filters, roles/vllm_image's scripts, and the contract between the image and
 roles/vllm_service (the image's venv and tcmalloc where the units look for them)."""
 
@@ -13,8 +13,8 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm.cpu_fleet.plugins.filter import vllm_image as image_filters
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_image as image
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import image_reference
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_image as image
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import image_reference
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 ROLE = REPO / "roles" / "vllm_image"
@@ -352,7 +352,7 @@ def test_the_recipe_is_bumped_with_the_files_that_make_the_image():
     pinned = json.loads((Path(__file__).parent / "image_recipe.json").read_text())
     current = {"recipe": image.RECIPE, "files": digests, "base_packages": packages}
     assert pinned == current, (
-        "roles/vllm_image's recipe changed: bump RECIPE in module_utils/vllm_image.py and write"
+        "roles/vllm_image's recipe changed: bump RECIPE in plugin_utils/vllm_image.py and write"
         f" {json.dumps({**current, 'recipe': image.RECIPE + 1})} into tests/unit/image_recipe.json"
     )
 
@@ -425,7 +425,7 @@ def test_image_refs_names_what_units_containers_and_snapshots_use(tmp_path):
 
 
 def test_image_refs_protects_every_name_of_an_image_named_by_its_id(tmp_path):
-    # The units run images by ID (module_utils/vllm_container.py image_id): the names of those images are kept, and
+    # The units run images by ID (plugin_utils/vllm_container.py image_id): the names of those images are kept, and
     # an image no unit, container or snapshot names by either is not.
     key = "0123456789abcdef"
     versions = ("0.32.0", "0.31.0", "0.30.0", "0.29.0", "0.28.0")

@@ -7,8 +7,8 @@ from memory-only (CXL, HBM) nodes."""
 import re
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import PlanError, check, plan
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_topology import read_cpu_facts
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import PlanError, check, plan
 
 V32 = {"vllm_version": "0.32.0", "host": "h1"}
 V13 = {"vllm_version": "0.13.0", "host": "h1"}

@@ -468,7 +468,7 @@ def rule_expressions():
 
 
 def report_expressions():
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_fleet_report as report
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_fleet_report as report
 
     names = [name for names in (*report.COUNTERS.values(), *report.GAUGES.values()) for name in names]
     return list(report.prometheus_queries().values()) + names

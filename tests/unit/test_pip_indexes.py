@@ -1,4 +1,4 @@
-"""One index per pip route (vllm_preflight_common.pip_indexes), and pip's URL and host words (vllm_syntax).
+"""One index per pip route (preflight/common.py pip_indexes), and pip's URL and host words (vllm_syntax).
 
 pip takes every package from whichever of its indexes offers the highest version, so a second index can replace
 any package of the first (dependency confusion): extra indexes are refused unless their opt-in is set. Each URL and
@@ -11,7 +11,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible_collections.vllm.cpu_fleet.plugins.action import vllm_preflight as action
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_syntax as syntax
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_syntax as syntax
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -1,7 +1,7 @@
 """Planner decisions on small synthetic machines, and every check() message."""
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import DEFAULTS, PlanError, check, plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import DEFAULTS, PlanError, check, plan
 from ansible_collections.vllm.cpu_fleet.tests.unit.topologies import make_facts
 
 V32 = {"vllm_version": "0.32.0", "host": "h1"}

@@ -1,7 +1,7 @@
 """Invariants of every plan over random topologies (Hypothesis)."""
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import parse_cpulist
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import DEFAULTS, PlanError, check, plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import DEFAULTS, PlanError, check, plan
 from ansible_collections.vllm.cpu_fleet.tests.unit.topologies import make_facts
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st

@@ -9,8 +9,8 @@ builds, and a wheel built with gcc below 12.3 under toolchain_accept_degraded_is
 import copy
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import check, plan
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, SGL_KERNEL_ISAS
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import check, plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES, SGL_KERNEL_ISAS
 from ansible_collections.vllm.cpu_fleet.tests.conftest import load_expected_facts
 from ansible_collections.vllm.cpu_fleet.tests.unit.topologies import make_facts
 from hypothesis import given, settings

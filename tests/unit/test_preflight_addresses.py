@@ -11,7 +11,7 @@ from ansible.errors import AnsibleUndefinedVariable
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 from ansible_collections.vllm.cpu_fleet.plugins.action import vllm_preflight as action
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import checks
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -1,4 +1,4 @@
-"""module_utils/vllm_preflight.py: preflight's checks and the install decision, on real files and a recorded machine."""
+"""preflight/checks.py: preflight's checks and the install decision, on real files and a recorded machine."""
 
 import base64
 import hashlib
@@ -12,10 +12,9 @@ import string
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight_install as install
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight_service as service_room
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import checks, install
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import service as service_section
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO, load_expected_facts
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -578,21 +577,21 @@ def test_extra_env_may_not_set_what_the_middleware_the_loader_or_the_interpreter
 
 
 OWNED_NAMES = st.one_of(
-    st.sampled_from(sorted(service_room.OWNED_ENV)),
+    st.sampled_from(sorted(service_section.OWNED_ENV)),
     st.builds(
         lambda prefix, rest: prefix + rest,
-        st.sampled_from(service_room.OWNED_ENV_PREFIXES),
+        st.sampled_from(service_section.OWNED_ENV_PREFIXES),
         st.from_regex(r"[A-Z0-9_]{0,12}", fullmatch=True),
-    ).filter(lambda name: name not in service_room.INERT_PYTHON_ENV),
+    ).filter(lambda name: name not in service_section.INERT_PYTHON_ENV),
 )
-UNSAFE_NAMES = st.sampled_from(sorted(service_room.UNSAFE_VLLM_ENV))
+UNSAFE_NAMES = st.sampled_from(sorted(service_section.UNSAFE_VLLM_ENV))
 # Names of the operator's own (vLLM's safe knobs, the libraries' own): accepted as before.
 OWN_NAMES = st.from_regex(r"[A-Z][A-Z0-9_]{0,16}", fullmatch=True).filter(
     lambda name: (
-        not name.startswith(tuple(service_room.OWNED_ENV_PREFIXES))
-        and name not in service_room.OWNED_ENV
-        and name not in service_room.UNSAFE_VLLM_ENV
-        and name not in service_room.SERVICE_ENV
+        not name.startswith(tuple(service_section.OWNED_ENV_PREFIXES))
+        and name not in service_section.OWNED_ENV
+        and name not in service_section.UNSAFE_VLLM_ENV
+        and name not in service_section.SERVICE_ENV
         and name not in {"HOME", "LD_PRELOAD", "PYTHONPATH"}
         and name not in {key for instance in PLAN["instances"] for key in instance.get("env", {})}
     )
@@ -604,7 +603,7 @@ OWN_NAMES = st.from_regex(r"[A-Z][A-Z0-9_]{0,16}", fullmatch=True).filter(
     owned=st.lists(OWNED_NAMES, max_size=3, unique=True),
     unsafe=st.lists(UNSAFE_NAMES, max_size=3, unique=True),
     own=st.lists(OWN_NAMES, max_size=3, unique=True),
-    inert=st.lists(st.sampled_from(sorted(service_room.INERT_PYTHON_ENV)), max_size=2, unique=True),
+    inert=st.lists(st.sampled_from(sorted(service_section.INERT_PYTHON_ENV)), max_size=2, unique=True),
     value=st.sampled_from(["1", "0", "", "true", "/etc/hostname"]),
     opted=st.booleans(),
 )
@@ -619,12 +618,12 @@ def test_extra_env_is_refused_by_class_and_the_unsafe_switches_only_without_the_
     assert sorted(said) == sorted(owned + ([] if opted else unsafe))
 
 
-@pytest.mark.parametrize("name", sorted(service_room.UNSAFE_VLLM_ENV))
+@pytest.mark.parametrize("name", sorted(service_section.UNSAFE_VLLM_ENV))
 def test_an_unsafe_vllm_switch_needs_the_documented_opt_in(name):
     (problem,) = run_service(vllm_service_extra_env={name: "1"})
     assert problem == (
         f"h: vllm_service_extra_env: sets {name}, which vLLM reads as an unsafe switch ({name}"
-        f" {service_room.UNSAFE_VLLM_ENV[name]}); fix: drop it, or name it in vllm_service_allow_unsafe_env to set"
+        f" {service_section.UNSAFE_VLLM_ENV[name]}); fix: drop it, or name it in vllm_service_allow_unsafe_env to set"
         " it on purpose."
     )
     assert run_service(vllm_service_extra_env={name: "1"}, vllm_service_allow_unsafe_env=[name]) == []
@@ -680,7 +679,7 @@ def test_extra_args_may_not_carry_a_config_file_or_abbreviate_what_the_role_sets
 
 @settings(max_examples=150, deadline=None)
 @given(
-    flag=st.sampled_from(sorted(service_room.SERVICE_FLAGS)),
+    flag=st.sampled_from(sorted(service_section.SERVICE_FLAGS)),
     cut=st.integers(min_value=1, max_value=40),
     underscores=st.booleans(),
     equals=st.booleans(),
@@ -782,14 +781,14 @@ def test_keys_drawn_at_random_pass_the_estimate(kind, make):
     """Random keys of the usual makes, 5,000 of each (seeded: the same keys every run), all pass."""
     r = random.Random(kind)
     keys = [make(r) for count in range(5000)]
-    weak = [key for key in keys if service_room.key_strength(key)]
+    weak = [key for key in keys if service_section.key_strength(key)]
     assert weak == [], f"{kind}: {len(weak)} random keys refused, such as {weak[:3]}"
 
 
 @given(st.text(alphabet=string.printable.strip(), max_size=80))
 def test_the_estimate_never_exceeds_the_characters_drawn_at_random(key):
-    pool = service_room._class_pool(key)
-    assert service_room.guess_bits(key) <= len(key) * math.log2(max(pool, 2)) + 1e-9
+    pool = service_section._class_pool(key)
+    assert service_section.guess_bits(key) <= len(key) * math.log2(max(pool, 2)) + 1e-9
 
 
 @given(
@@ -801,15 +800,15 @@ def test_a_run_of_any_length_is_worth_a_few_bits(start, step, length):
     codes = [ord(start) + step * n for n in range(length)]
     assume(all(33 <= code <= 126 for code in codes))
     key = "".join(map(chr, codes))
-    assert service_room.guess_bits(key) < 20, key
-    assert service_room.key_strength(key) is not None
+    assert service_section.guess_bits(key) < 20, key
+    assert service_section.key_strength(key) is not None
 
 
 @given(st.text(alphabet=string.ascii_letters + string.digits, min_size=8, max_size=40), st.integers(2, 6))
 def test_a_text_repeated_costs_little_more_than_once(text, times):
     # The first copy at most at the characters' own cost, the others as one repeat (where, how long).
-    bound = len(text) * math.log2(service_room._class_pool(text)) + 2 * math.log2(len(text) * times) + 2
-    assert service_room.guess_bits(text * times) <= bound, text
+    bound = len(text) * math.log2(service_section._class_pool(text)) + 2 * math.log2(len(text) * times) + 2
+    assert service_section.guess_bits(text * times) <= bound, text
 
 
 def test_a_weak_api_key_is_accepted_on_purpose():

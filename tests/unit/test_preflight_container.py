@@ -1,4 +1,4 @@
-"""Preflight's container room (vllm_service_mode: container, issue 30): module_utils/vllm_preflight_container.py on a
+"""Preflight's container room (vllm_service_mode: container, issue 30): plugin_utils/preflight/container.py on a
 recorded machine, what the host probe reads for it, how the action plugin picks the room, and the service's
 container filters and podman secrets script."""
 
@@ -14,10 +14,10 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 from ansible_collections.vllm.cpu_fleet.plugins.action import vllm_preflight as action
 from ansible_collections.vllm.cpu_fleet.plugins.filter import vllm_container as container_filters
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_container
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_host_probe import probe
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_container
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO, load_expected_facts
 from ansible_collections.vllm.cpu_fleet.tests.unit.test_image import wheelhouse
 from ansible_collections.vllm.cpu_fleet.tests.unit.test_preflight_checks import run_service

@@ -1,7 +1,7 @@
 """A job of AWX / Automation Platform whose controller cache is removed with the job is warned about once per run."""
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import ephemeral_cache_warning
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import ephemeral_cache_warning
 
 JOB = {"awx_job_id": 42}
 

@@ -10,8 +10,8 @@ one cpulist per rank separated by "|" (0.20+ asserts the count equals the ranks)
 import re
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES
 from ansible_collections.vllm.cpu_fleet.tests.conftest import MACHINE_NAMES, MACHINES, load_expected_facts
 
 # Machines with a hand-checked plan (the corrupt trees have none).

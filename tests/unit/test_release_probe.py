@@ -11,8 +11,8 @@ import tarfile
 import zipfile
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_release_probe as probe_lib
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import validate_row
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_release_probe as probe_lib
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import validate_row
 from ansible_collections.vllm.cpu_fleet.tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "tools"))

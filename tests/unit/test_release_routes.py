@@ -7,8 +7,8 @@ Preflight's install room refuses it first and names the build route.
 import re
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_preflight as checks
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import checks
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
     RELEASES,
     prebuilt_versions,
     routes,

@@ -8,8 +8,8 @@ import copy
 import re
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_planner import plan
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_planner import plan
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
     RELEASES,
     ROW_FORMAT,
     InvalidReleaseRowError,
@@ -261,7 +261,7 @@ def _row(version="0.34.0", **changes):
 def test_overrides_are_validated_and_merged_once_per_distinct_value(monkeypatch):
     """A plan looks the table up dozens of times; from Ansible each merge deep-copies tagged values (16 s of one
     host's plan at 2026-12-02 with one override row): merged once per distinct overrides, never stale."""
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_releases as releases
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_releases as releases
 
     monkeypatch.setattr(releases, "_MERGED", {}, raising=False)
     calls = []
@@ -530,8 +530,9 @@ def _code_outside_the_row_format():
     """The text of every file that uses rows: plugins, roles, playbooks, scripts; the table module
     without its row format and validation, and never the probe (which writes rows)."""
     texts = []
-    for pattern in ("plugins/module_utils/*.py", "plugins/filter/*.py", "roles/**/*.yml", "roles/**/*.j2",
-                    "roles/**/*.py", "playbooks/*.yml", "scripts/*"):  # fmt: skip
+    for pattern in ("plugins/module_utils/*.py", "plugins/plugin_utils/*.py", "plugins/plugin_utils/preflight/*.py",
+                    "plugins/filter/*.py", "roles/**/*.yml", "roles/**/*.j2", "roles/**/*.py", "playbooks/*.yml",
+                    "scripts/*"):  # fmt: skip
         for path in sorted(REPO.glob(pattern)):
             if path.name == "vllm_cpu_release_probe.py" or not path.is_file():  # scripts/__pycache__
                 continue
@@ -550,7 +551,7 @@ def test_every_key_of_the_row_is_read_by_code(key):
 
 def test_an_override_of_a_known_release_that_changes_it_is_said():
     """Issue 44: a row that replaces a built-in one with other values was accepted without a word."""
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
         RELEASES,
         ROW_OPTIONAL,
         replaced_row_warnings,

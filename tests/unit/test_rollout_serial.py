@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 from ansible.executor.playbook_executor import PlaybookExecutor
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_rollout_serial import (
     DEFAULT_SERIAL,
     SerialError,
     batch_sizes,

@@ -1,4 +1,4 @@
-"""The command an instance serves with (module_utils/vllm_cpu_serve.py), per era and distribution.
+"""The command an instance serves with (plugin_utils/vllm_cpu_serve.py), per era and distribution.
 
 `vllm serve` wherever the release has it and the venv holds the distribution its CLI
 looks itself up as (`vllm`: every release's vllm/entrypoints/cli/main.py calls
@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, UnknownReleaseError
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES, UnknownReleaseError
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_serve import (
     MODULE,
     ServeCommandError,
     canonical_distribution,

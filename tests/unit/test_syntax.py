@@ -1,4 +1,4 @@
-"""module_utils/vllm_syntax.py: each destination's rule, checked against a model of the destination's own reader.
+"""plugin_utils/vllm_syntax.py: each destination's rule, checked against a model of the destination's own reader.
 
 Every string a rule accepts, written the way the roles write it, must read back as exactly that string: HAProxy's
 configuration tokenizer, bash running build.sh's `export`, systemd reading an environment file. Hypothesis draws the
@@ -12,8 +12,8 @@ import shlex
 import subprocess
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_syntax as syntax
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES, validate_row
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_syntax as syntax
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES, validate_row
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

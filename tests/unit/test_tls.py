@@ -1,10 +1,10 @@
-"""Preflight's check of a vLLM host's TLS inputs (module_utils/vllm_tls.py), on certificates made here."""
+"""Preflight's check of a vLLM host's TLS inputs (plugin_utils/vllm_tls.py), on certificates made here."""
 
 import datetime
 import ipaddress
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import tls_problems
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_tls import tls_problems
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -155,7 +155,7 @@ def test_an_encrypted_key_is_refused(pki):
 
 
 def lb(pki, certificate=None, key=None, ca=""):
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_loadbalancer import loadbalancer
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.loadbalancer import loadbalancer
 
     v = {
         "loadbalancer_tls_certificate": (
@@ -210,6 +210,6 @@ def test_a_load_balancer_certificate_that_is_not_what_it_claims_is_refused(pki, 
 
 
 def test_no_certificate_is_the_roles_own_check(pki):
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_loadbalancer import loadbalancer
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.loadbalancer import loadbalancer
 
     assert loadbalancer("lb-1", {"loadbalancer_tls_certificate": "", "loadbalancer_tls_key": ""}) == []

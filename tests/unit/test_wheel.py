@@ -1,11 +1,11 @@
-"""One rule for vLLM wheel file names (plugins/module_utils/vllm_cpu_wheel.py): the build
+"""One rule for vLLM wheel file names (plugins/plugin_utils/vllm_cpu_wheel.py): the build
 role finds and prunes its wheel with it, the install role picks the wheel of its version."""
 
 import re
 
 import pytest
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import RELEASES
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import select_wheels, wheel_pattern
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import RELEASES
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel import select_wheels, wheel_pattern
 
 ERAS = ["0.13.0", "0.17.0", "0.20.1", "0.32.0", "0.33.0"]
 

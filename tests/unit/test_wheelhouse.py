@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_cpu_releases as releases
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_releases as releases
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "wheelhouse.py"

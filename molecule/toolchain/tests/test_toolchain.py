@@ -8,7 +8,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "collections"))  # the collection, through the checkout's link
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info  # noqa: E402
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import release_info  # noqa: E402
 
 FACT_FILE = "/etc/ansible/facts.d/vllm_toolchain.fact"
 

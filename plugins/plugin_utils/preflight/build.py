@@ -1,4 +1,4 @@
-"""Preflight's build_host room: the builder's Python, memory for the job cap, disk, the local patches, and every
+"""Preflight's build_host section: the builder's Python, memory for the job cap, disk, the local patches, and every
 build input the controller must hold (oneDNN source, torch wheel, staged tarball), all named before any host
 changes."""
 
@@ -6,14 +6,16 @@ import glob
 import os
 import shlex
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info, torch_pin
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import wheelhouse_command
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_common import file_sha256
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import release_info, torch_pin
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_wheelhouse import wheelhouse_command
 
 # scripts/onednn-source.sh by its path in this copy of the collection (preflight runs on the controller).
 ONEDNN_SCRIPT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))), "scripts", "onednn-source.sh"
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))),
+    "scripts",
+    "onednn-source.sh",
 )
 
 

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 try:
-    from ansible_collections.vllm.cpu_fleet.plugins.module_utils import vllm_syntax as syntax
+    from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_syntax as syntax
 except ImportError:  # scripts/wheelhouse.py imports this file by itself, from this directory
     import vllm_syntax as syntax
 

@@ -1,7 +1,7 @@
 """Preflight's shared helpers and the checks every host's inputs get, whatever its sections (vllm_preflight.py).
 
 The types as written, absolute and portable host paths, one-line texts, the numbers' bounds, the names of accounts
-and groups, the versions, the converged record; and the helpers more than one room uses (addresses, networks, host
+and groups, the versions, the converged record; and the helpers more than one section uses (addresses, networks, host
 names, the release overrides).
 """
 
@@ -11,8 +11,8 @@ import os
 import re
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import kind_of
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import normalize_version
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import normalize_version
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import (
     account_name,
     host_path,
     network,

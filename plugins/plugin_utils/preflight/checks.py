@@ -6,36 +6,27 @@ returns ``(problems, facts)``: every problem as "<host>: <variable>: <problem>; 
 them, not the first), and the facts later tasks consume. Controller files (the model directory, the
 artifact store, the wheelhouse) are read by the checks: they are on the controller, where these run.
 
-This module is the facade: each section's checks live in a room of their own, and a new check goes into its
-room, not here.
+This module is the facade: each section's checks live in a file of their own, and a new check goes into its
+section's file, not here.
 
-- vllm_preflight_common.py: the helpers the rooms share, and the checks every host's inputs get (types as
+- preflight/common.py: the helpers the sections share, and the checks every host's inputs get (types as
   written, host paths, one-line texts, bounds, names, versions, the converged record)
-- vllm_preflight_toolchain.py: toolchain()
-- vllm_preflight_build.py: build_host()
-- vllm_preflight_install.py: install() and the install decision (install_directory(), wanted_digest())
-- vllm_preflight_service.py: service()
-- vllm_preflight_container.py: container(), mode_knobs() (vllm_service_mode: container)
-- vllm_preflight_rollout.py: rollout()
-- vllm_preflight_loadbalancer.py: loadbalancer()
-- vllm_preflight_monitoring.py: monitoring(), monitoring_platform()
+- preflight/toolchain.py: toolchain()
+- preflight/build.py: build_host()
+- preflight/install.py: install() and the install decision (install_directory(), wanted_digest())
+- preflight/service.py: service()
+- preflight/container.py: container(), mode_knobs() (vllm_service_mode: container)
+- preflight/rollout.py: rollout()
+- preflight/loadbalancer.py: loadbalancer()
+- preflight/monitoring.py: monitoring(), monitoring_platform()
 
-The destination rules the rooms apply (say(), host_path(), url_path()...) are vllm_syntax.py's.
+The destination rules the sections apply (say(), host_path(), url_path()...) are vllm_syntax.py's.
 """
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_common import file_sha256
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import kind_of
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
-    build_class,
-    compiler_verdict,
-    normalize_version,
-    release_info,
-    torch_pin,
-)
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import select_wheels
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_build import build_host
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.build import build_host
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import (
     BOOL_WORDS,
     BOUND_FLOATS,
     BOUNDS,
@@ -59,16 +50,16 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_comm
     versions,
     written_types,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_container import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.container import (
     CONTAINER_ONLY,
     VENV_ONLY,
     container,
     mode_knobs,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_container import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.container import (
     probe_spec as container_probe_spec,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.install import (
     GIB,
     NAME,
     WHEELHOUSE_SLACK_BYTES,
@@ -76,7 +67,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_inst
     install_directory,
     wanted_digest,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_loadbalancer import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.loadbalancer import (
     CIPHER_LIST,
     HAPROXY_NAME,
     HAPROXY_RUNTIME_DIR,
@@ -86,7 +77,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_load
     backend_addresses,
     loadbalancer,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_monitoring import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.monitoring import (
     MONITORING_DURATIONS,
     MONITORING_OS_FAMILIES,
     MONITORING_THRESHOLDS,
@@ -102,8 +93,8 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_moni
     monitoring_platform,
     webhook,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_rollout import rollout
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_service import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.rollout import rollout
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.service import (
     CAP_NET_ADMIN,
     LOCAL_ONLY,
     LOOPBACK,
@@ -114,9 +105,18 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_serv
     service,
     service_sources,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_toolchain import toolchain
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_rollout_serial import parse_serial
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.toolchain import toolchain
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
+    build_class,
+    compiler_verdict,
+    normalize_version,
+    release_info,
+    torch_pin,
+)
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_serve import serve_command
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel import select_wheels
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_rollout_serial import parse_serial
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import (
     account_name,
     bearer_token,
     env_file_value,

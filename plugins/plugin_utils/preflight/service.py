@@ -1,4 +1,4 @@
-"""Preflight's service room: the service inputs against the plan and what the host told (listeners, addresses,
+"""Preflight's service section: the service inputs against the plan and what the host told (listeners, addresses,
 /dev/shm, firewall), and the extra arguments and environment that would replace the role's."""
 
 import math
@@ -6,9 +6,9 @@ import os
 import re
 from collections import Counter
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import serve_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import GIB, _overrides, networks
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import GIB, _overrides, networks
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_serve import serve_command
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import (
     Refusal,
     bearer_token,
     env_file_value,
@@ -16,7 +16,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import 
     say,
     url_path,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import tls_problems
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_tls import tls_problems
 
 MEMORY_FLAGS = re.compile(r"^--(gpu-memory-utilization|kv-cache-memory|kv-cache-memory-bytes|swap-space)(=|$)")
 # What vllm_service's command line sets from its own variables and the plan (the flag: where to set it instead):
@@ -122,7 +122,7 @@ CAP_NET_ADMIN = 12
 
 # The address lists the instance firewall admits (firewall.nft.j2's sets, the unit's IPAddressAllow=): systemd reads
 # `any` there as every address, nft drops host bits. monitoring_sources is the shared role's, and reaches the firewall
-# even where no monitoring room checks it (a fleet without monitoring hosts).
+# even where no monitoring section checks it (a fleet without monitoring hosts).
 SOURCE_LISTS = ("vllm_service_firewall_loadbalancer_sources", "vllm_service_firewall_allow", "monitoring_sources")
 
 

@@ -2,7 +2,7 @@
 
 Plain Python: the standard library and ansible-core's open_url. ``probe(source)`` reads the files a row depends on and
 returns ``(row, evidence)``: the row has the release table's keys
-(plugins/module_utils/vllm_cpu_releases.py), evidence maps each key to the
+(plugins/plugin_utils/vllm_cpu_releases.py), evidence maps each key to the
 ``path:line`` places it was read from. ``diff_rows`` lists every difference
 between two rows with both sides' evidence, which is what a reviewer reads
 when a new tag comes out. ``fetch_sdist`` downloads a release's sdist from the
@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from ansible.module_utils.urls import open_url
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_common import file_sha256
 
 INDEX_JSON = "https://pypi.org/pypi/{name}/json"
 FILES_HOST = "https://files.pythonhosted.org/"

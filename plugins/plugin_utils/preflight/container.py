@@ -1,4 +1,4 @@
-"""Preflight's container room (vllm_service_mode: container, issue 30): podman on the host (missing, older than 4.3,
+"""Preflight's container section (vllm_service_mode: container, issue 30): podman on the host (missing, older than 4.3,
 without crun or its default seccomp profile), room in its storage for the image, the registry, what the image is
 built from (the controller's wheelhouse for the image's suite, the built wheel), and the mixes the mode cannot serve
 (a model from the hub, the knobs of the other mode). A key is served on every podman it accepts: before 5.3
@@ -9,7 +9,8 @@ such hosts (``building``); ``mode_knobs()`` judges every vLLM host, whatever its
 reads, set in the inventory, is a setting the operator believes in and the host would ignore.
 """
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.install import GIB
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import (
     ContainerUnitError,
     image_reference,
     podman_env_file,
@@ -17,9 +18,8 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container impo
     podman_version_ok,
     shm_need_mib,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_image import image_plan, registry_problems
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import GIB
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import archive_url, say
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_image import image_plan, registry_problems
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import archive_url, say
 
 # podman's storage for root (graphroot of /etc/containers/storage.conf's default) and its default seccomp profile,
 # which the role derives the units' profile from (vllm_container.seccomp_profile).
@@ -51,7 +51,7 @@ CONTAINER_ENV = ("USER", "LOGNAME")
 
 
 def probe_spec(v):
-    """What the facts module's probe reads on the host for this room. The image the units will run is looked for
+    """What the facts module's probe reads on the host for this section. The image the units will run is looked for
     once the run knows it (roles/vllm_image's reference, during the rollout's own checks): it is a podman argument,
     so only a well-formed reference is passed."""
     image = v.get("vllm_service_container_image") or ""

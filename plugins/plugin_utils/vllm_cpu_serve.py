@@ -13,7 +13,7 @@ does not ask, is the only one that serves.
 
 import re
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import release_info
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import release_info
 
 MODULE = "vllm.entrypoints.openai.api_server"
 

@@ -28,8 +28,8 @@ import ipaddress
 import re
 
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist import format_cpulist, parse_cpulist
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_serve import systemd_words
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, env_name, host_path, say
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_serve import systemd_words
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import Refusal, env_name, host_path, say
 
 
 class ContainerUnitError(ValueError):

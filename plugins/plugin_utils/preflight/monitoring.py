@@ -1,4 +1,4 @@
-"""Preflight's monitoring room: the durations, sizes, URL, ports, thresholds and networks Prometheus, Alertmanager,
+"""Preflight's monitoring section: the durations, sizes, URL, ports, thresholds and networks Prometheus, Alertmanager,
 systemd and nftables read as written, and the platforms the monitoring role installs on."""
 
 import ipaddress
@@ -6,7 +6,7 @@ import math
 import re
 from urllib.parse import urlsplit
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import (
     HOST_NAME,
     _is_address,
     networks,

@@ -22,7 +22,7 @@ from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_cpulist im
     parse_cpulist,
     show,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
     INSTALL_SOURCES,
     UnknownReleaseError,
     build_class,

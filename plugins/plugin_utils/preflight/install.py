@@ -1,44 +1,30 @@
-"""Preflight's install room: the install source for the release (wheelhouse, built wheel), the Python, the disk,
+"""Preflight's install section: the install source for the release (wheelhouse, built wheel), the Python, the disk,
 and the directory to install into (the install decision)."""
 
 import hashlib
 import json
 import os
 import re
-import shlex
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_converged import file_sha256
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_common import file_sha256, read_json
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import GIB, _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import (
     build_class,
     prebuilt_versions,
     release_info,
     routes,
     torch_pin,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import garbled_pins, select_wheels
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import GIB, _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel import garbled_pins, select_wheels
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_wheelhouse import (  # noqa: F401  # pylint: disable=unused-import
+    WHEELHOUSE_SCRIPT,  # the fix messages' script, as install.WHEELHOUSE_SCRIPT too
+    wheelhouse_command,
+)
 
 # The wheels' tar arrives in a temporary directory and is unpacked next to it (counted twice), plus slack.
 WHEELHOUSE_SLACK_BYTES = 268435456
 # A build class name: one path component, nothing a shell or a path would read otherwise.
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
-# scripts/wheelhouse.sh by its path in this copy of the collection (a checkout or an installed one; preflight runs
-# on the controller): the fix names a command that runs from any directory, into the wheelhouse preflight read.
-WHEELHOUSE_SCRIPT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))), "scripts", "wheelhouse.sh"
-)
-
-
-def wheelhouse_command(wheelhouse, *args):
-    """The shell command that fills ``wheelhouse`` (controller directory) with ``args``."""
-    return shlex.join(["bash", WHEELHOUSE_SCRIPT, "--dest", str(wheelhouse), *map(str, args)])
-
-
-def _read_json(path):
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
 def _glibc_tuple(text):
     return tuple(int(part) for part in re.findall(r"\d+", text or "0")[:2]) or (0,)
 
@@ -62,7 +48,7 @@ def _wheelhouse(host, v, arch, probe, out):
             f" {out['vllm_install_torch']} must exist for it), or set vllm_install_python"
             f" to a Python {pythons} on this host, or set vllm_install_deps_source: index."
         ]
-    manifest = _read_json(manifest_path)
+    manifest = read_json(manifest_path)
     misfits = []
     if v["vllm_install_source"] != "wheel" and manifest.get("vllm_dist") != v["vllm_install_package"]:
         misfits.append(
@@ -145,7 +131,7 @@ def _store_wheel(host, v, wheel_class, out):
     """The built wheel in the controller's artifact store: problems; fills out (path and sha256)."""
     version, store, named = v["vllm_install_version"], v["vllm_install_artifacts_dir"], v["vllm_install_wheel_file"]
     manifest_path = os.path.join(store, wheel_class, f"vllm-{version}.json")
-    manifest = _read_json(manifest_path) if os.path.isfile(manifest_path) else {}
+    manifest = read_json(manifest_path) if os.path.isfile(manifest_path) else {}
     if named:
         candidates = [named]
     elif "wheel" in manifest:

@@ -1,21 +1,21 @@
-"""Preflight's loadbalancer room: the load balancer's words that go into haproxy.cfg as written."""
+"""Preflight's loadbalancer section: the load balancer's words that go into haproxy.cfg as written."""
 
 import os
 import re
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import (
     HOST_NAME,
     _is_address,
     networks,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import (
     backend_address,
     haproxy_word,
     haproxy_words,
     say,
     url_path,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_tls import LOADBALANCER_TLS, tls_problems
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_tls import LOADBALANCER_TLS, tls_problems
 
 # HAProxy's time format (a whole number and an optional unit; without one, milliseconds).
 HAPROXY_TIME = re.compile(r"^([0-9]+)(us|ms|s|m|h|d)?\Z")

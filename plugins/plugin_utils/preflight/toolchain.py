@@ -1,7 +1,7 @@
-"""Preflight's toolchain room: the distribution's package list and compiler against the release and this CPU."""
+"""Preflight's toolchain section: the distribution's package list and compiler against the release and this CPU."""
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_releases import compiler_verdict
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_common import _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight.common import _overrides
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_releases import compiler_verdict
 
 
 def toolchain(host, v, facts, distribution_file, distribution_vars, compilers):

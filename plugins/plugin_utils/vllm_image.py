@@ -17,7 +17,7 @@ the builder. ``image_plan`` works that out (and says every problem in the house'
 which of a host's images may go (never one a unit, a container or a rollout snapshot names).
 
 Pure Python (the standard library and the collection's module_utils): the filters of plugins/filter/vllm_image.py
-and preflight's container room (vllm_preflight_container.py) call it, on the controller.
+and preflight's container section (preflight/container.py) call it, on the controller.
 """
 
 import datetime
@@ -26,19 +26,19 @@ import json
 import os
 import re
 
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import DEFAULTS as UNIT_DEFAULTS
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_container import (
+from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_common import public_version_key, read_json
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import DEFAULTS as UNIT_DEFAULTS
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_container import (
     PUBLIC_REGISTRIES,
     image_reference,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_cpu_wheel import (
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_cpu_wheel import (
     SHA256_HEX,
     garbled_pins,
     hashed_requirements,
 )
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_preflight_install import wheelhouse_command
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_prune import public_version_key
-from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_syntax import Refusal, say
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_syntax import Refusal, say
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_wheelhouse import wheelhouse_command
 
 # The image's repository under the inventory's registry, and the base images' (built on the builder, never pushed).
 REPOSITORY = "vllm-cpu-fleet/vllm"
@@ -82,11 +82,6 @@ TRANSFERS = ("archive", "registry")
 # A tag's characters (github.com/distribution/reference): a build class name may hold more (+).
 _TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _TAG = re.compile(r"^(?P<version>[^-]+)-(?P<rest>.+)-(?P<key>[0-9a-f]{16})\Z")
-
-
-def _read_json(path):
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 def base_period(day, refresh_days):
@@ -180,7 +175,7 @@ def _wheelhouse(host, version, arch, suite, options, plan, problems):
             f" on the controller ({fill}), or set vllm_image_suite to the suite of a Python the wheelhouse holds."
         )
         return None
-    manifest = _read_json(manifest_path)
+    manifest = read_json(manifest_path)
     misfits = []
     if manifest.get("arch") != arch:
         misfits.append(f"it is for {manifest.get('arch')}, this class is {arch}")
@@ -233,7 +228,7 @@ def _built_wheel(host, version, build_class, options, plan, problems):
             )
         plan["pending"] = True
         return
-    manifest = _read_json(manifest_path)
+    manifest = read_json(manifest_path)
     wheel = os.path.join(store, build_class, str(manifest.get("wheel", "")))
     if not manifest.get("wheel") or not os.path.isfile(wheel):
         problems.append(
