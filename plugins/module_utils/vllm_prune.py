@@ -27,6 +27,7 @@ NAME = re.compile(r"^(?P<base>(?P<version>[^-/]+)-[^/]+?)(?:-r(?P<digest>[0-9a-f
 TRASH_PREFIX = ".vllm-prune-"
 SITE_PACKAGES = re.compile(r"\s(/\S+?)/lib/python3[.\d]*/site-packages/")
 
+
 def base_name(path):
     """<version>-<class> of an install directory (its -r<digest> reinstall suffix dropped), or None."""
     found = NAME.match(os.path.basename(path.rstrip("/")))

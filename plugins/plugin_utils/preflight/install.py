@@ -25,6 +25,8 @@ from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.vllm_wheelhouse imp
 WHEELHOUSE_SLACK_BYTES = 268435456
 # A build class name: one path component, nothing a shell or a path would read otherwise.
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
+
+
 def _glibc_tuple(text):
     return tuple(int(part) for part in re.findall(r"\d+", text or "0")[:2]) or (0,)
 
