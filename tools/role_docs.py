@@ -1,4 +1,4 @@
-"""Write each role's variable documentation into its README.md from meta/argument_specs.yml (issue 34).
+"""Write each role's variable documentation into its README.md from meta/argument_specs.yml.
 
 The argument spec is the one source of a role's options: their types, defaults, choices and descriptions. For every
 role under roles/ that has meta/argument_specs.yml, this renders one Markdown section per entry point (main first,
@@ -17,9 +17,17 @@ A default comes from the option's `default:` in the spec, else from roles/<role>
 inline YAML, cut with an ellipsis past MAX_DEFAULT characters. A variable of defaults/main.yml that the main entry
 point's spec lacks, or whose spec default differs from it, is a problem in both modes (exit 1): the spec is then not
 the whole truth the README is generated from.
+
+The "choices or range" column shows an option's choices from the spec and its range from the tables preflight
+enforces, loaded from the collection beside the roles directory: BOUNDS in plugins/plugin_utils/preflight/common.py
+(inclusive; None unbounded) and the planner's NUMBERS in plugins/plugin_utils/vllm_cpu_planner.py, whose keys are
+planner options: roles/vllm_plan/vars/main.yml's vllm_plan_options names the role variable each is fed from. A
+bounded variable that no role's spec documents, or a NUMBERS key that vllm_plan_options feeds from no plain
+variable, is a problem in both modes. A roles directory with no plugins/ beside it has no ranges.
 """
 
 import argparse
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -32,7 +40,16 @@ END = "<!-- END generated -->"
 FIX = "python tools/role_docs.py"
 MAX_DEFAULT = 60
 ELLIPSIS = "\N{HORIZONTAL ELLIPSIS}"
-HEADER = ("option", "type", "default", "required", "choices", "description")
+HEADER = ("option", "type", "default", "required", "choices or range", "description")
+# The tables that bound the roles' numbers, as (file under the collection root, table): preflight's BOUNDS and the
+# planner's NUMBERS.
+BOUNDS_FILE = "plugins/plugin_utils/preflight/common.py"
+NUMBERS_FILE = "plugins/plugin_utils/vllm_cpu_planner.py"
+# Where the planner's NUMBERS keys become variables: roles/vllm_plan/vars/main.yml's vllm_plan_options maps each
+# planner option to the role variable it is fed from.
+PLAN_VARS = "vllm_plan/vars/main.yml"
+PLAN_OPTIONS = "vllm_plan_options"
+PLAIN_VARIABLE = re.compile(r"^\{\{\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 
 # Ansible's documentation markup (ansible-doc's classic forms) and what it becomes in Markdown.
 MARKUP = re.compile(r"\b(?P<kind>RV|[CVOEPIBMLU])\((?P<text>[^)]*)\)")
@@ -109,8 +126,21 @@ def type_of(spec):
     return kind
 
 
-def option_row(name, spec, defaults):
-    """One table row of an option; its default from the spec, else from the role's defaults/main.yml."""
+def range_text(low, low_ok, high):
+    """A range as words for a table cell: `1` to `10`, at least `0`, above `0`, at most `1`; empty if unbounded."""
+    words = []
+    if low is not None:
+        words.append(f"{'at least' if low_ok else 'above'} {code(str(low))}")
+    if high is not None:
+        if low is not None and low_ok:
+            return f"{code(str(low))} to {code(str(high))}"
+        words.append(f"at most {code(str(high))}")
+    return ", ".join(words)
+
+
+def option_row(name, spec, defaults, ranges=None):
+    """One table row of an option; its default from the spec, else from the role's defaults/main.yml; its range
+    from `ranges` (variable to its range text and source), after its choices."""
     if "default" in spec:
         default = code(inline_yaml(spec["default"]))
     elif name in defaults:
@@ -118,25 +148,26 @@ def option_row(name, spec, defaults):
     else:
         default = ""
     choices = ", ".join(code(inline_yaml(choice)) for choice in spec.get("choices") or [])
+    bounded = (ranges or {}).get(name, ("",))[0]
     cells = (
         code(name),
         type_of(spec),
         default,
         "yes" if spec.get("required") else "no",
-        choices,
+        "; ".join(cell for cell in (choices, bounded) if cell),
         paragraph(spec.get("description")),
     )
     return "| " + " | ".join(cells) + " |"
 
 
-def options_table(options, defaults):
+def options_table(options, defaults, ranges=None):
     """The Markdown table of `options` (name to spec), in the spec's order."""
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines.extend(option_row(name, spec or {}, defaults) for name, spec in options.items())
+    lines.extend(option_row(name, spec or {}, defaults, ranges) for name, spec in options.items())
     return lines
 
 
-def entry_point_section(name, entry, main_options, defaults):
+def entry_point_section(name, entry, main_options, defaults, ranges=None):
     """The Markdown lines of one entry point: heading, short and long description, options."""
     lines = [f"### Entry point `{name}`", ""]
     if entry.get("short_description"):
@@ -153,10 +184,10 @@ def entry_point_section(name, entry, main_options, defaults):
         options = own
     elif not options:
         return [*lines, "No options.", ""]
-    return [*lines, *options_table(options, defaults), ""]
+    return [*lines, *options_table(options, defaults, ranges), ""]
 
 
-def render(specs, defaults):
+def render(specs, defaults, ranges=None):
     """The generated README block, markers included, of a role's `argument_specs` mapping."""
     main_options = (specs.get("main") or {}).get("options") or {}
     order = sorted(specs, key=lambda entry: entry != "main")
@@ -169,7 +200,7 @@ def render(specs, defaults):
         "",
     ]
     for entry in order:
-        lines += entry_point_section(entry, specs[entry] or {}, main_options, defaults)
+        lines += entry_point_section(entry, specs[entry] or {}, main_options, defaults, ranges)
     return "\n".join([*lines[:-1], END]) + "\n"
 
 
@@ -226,8 +257,65 @@ def load_yaml(path, label):
     return data
 
 
-def role_readme(role):
-    """The README text `role` (a directory) should have, its current text, and the problems of its spec."""
+def _table(root, relative, name):
+    """The module-level `name` of the Python file `relative` under `root`, loaded from that file.
+
+    The file is run as a module of its own name (its imports of the collection's other code resolve through
+    collections/ of this checkout), so a copied tree's table is its own.
+    """
+    path = root / relative
+    if not path.is_file():
+        raise DocsError(f"{relative}: missing, so {name} cannot be read; fix: restore it, or point {FIX} at its tree")
+    collections = str(REPO / "collections")
+    if collections not in sys.path:
+        sys.path.insert(0, collections)
+    spec = importlib.util.spec_from_file_location(f"role_docs_table_{path.stem}_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = getattr(module, name, None)
+    if not isinstance(table, dict):
+        raise DocsError(f"{relative}: has no {name} table (a dict); fix: restore it, or update {FIX}")
+    return table
+
+
+def bounded_variables(roles_dir):
+    """Each bounded variable's range text and the table it comes from: preflight's BOUNDS (inclusive, None
+    unbounded) and the planner's NUMBERS ((kind, low, low itself allowed, high, example)), the latter named by the role
+    variable vllm_plan_options feeds each planner option from. Empty for a roles directory outside a collection (no
+    plugins/ beside it)."""
+    root = Path(roles_dir).parent
+    if not (root / "plugins").is_dir():
+        return {}
+    ranges = {
+        name: (range_text(low, True, high), f"{BOUNDS_FILE}: BOUNDS")
+        for name, (low, high) in _table(root, BOUNDS_FILE, "BOUNDS").items()
+    }
+    options = load_yaml(Path(roles_dir) / PLAN_VARS, f"roles/{PLAN_VARS}").get(PLAN_OPTIONS) or {}
+    for key, (_kind, low, low_ok, high, _example) in _table(root, NUMBERS_FILE, "NUMBERS").items():
+        match = PLAIN_VARIABLE.match(str(options.get(key, "")).strip())
+        if not match:
+            raise DocsError(
+                f"roles/{PLAN_VARS}: {PLAN_OPTIONS}.{key}: not a plain {{{{ variable }}}}, so the planner's bound"
+                f" NUMBERS[{key!r}] names no role variable; fix: feed it from the role's variable, e.g."
+                f' {key}: "{{{{ vllm_plan_{key} }}}}"'
+            )
+        ranges[match.group("name")] = (range_text(low, low_ok, high), f"{NUMBERS_FILE}: NUMBERS[{key!r}]")
+    return ranges
+
+
+def undocumented(ranges, documented):
+    """The problems of bounded variables that no role's spec documents: no README would show their range."""
+    return [
+        f"{source}: {name}: bounded, but no role's meta/argument_specs.yml documents it; fix: add {name} to the spec"
+        " of the role that reads it (type, default, description), or drop its bound"
+        for name, (_text, source) in sorted(ranges.items())
+        if name not in documented
+    ]
+
+
+def role_readme(role, ranges=None):
+    """The README text `role` (a directory) should have, its current text, the problems of its spec, and the names of
+    the options its spec documents."""
     label = f"{role.parent.name}/{role.name}"
     specs = load_yaml(role / "meta" / "argument_specs.yml", f"{label}/meta/argument_specs.yml").get("argument_specs")
     if not isinstance(specs, dict) or "main" not in specs:
@@ -235,8 +323,9 @@ def role_readme(role):
     defaults = load_yaml(role / "defaults" / "main.yml", f"{label}/defaults/main.yml")
     readme = role / "README.md"
     current = readme.read_text(encoding="utf-8") if readme.is_file() else ""
-    wanted = splice(current or f"# `{role.name}`\n", render(specs, defaults), label)
-    return wanted, current, spec_problems(specs, defaults, label)
+    wanted = splice(current or f"# `{role.name}`\n", render(specs, defaults, ranges), label)
+    names = {name for entry in specs.values() for name in ((entry or {}).get("options") or {})}
+    return wanted, current, spec_problems(specs, defaults, label), names
 
 
 def run(roles_dir, check):
@@ -245,14 +334,20 @@ def run(roles_dir, check):
     if not roles:
         print(f"{roles_dir}: no role with meta/argument_specs.yml", file=sys.stderr)
         return 1
-    stale, problems = [], []
+    stale, problems, documented = [], [], set()
+    try:
+        ranges = bounded_variables(roles_dir)
+    except DocsError as error:
+        print(f"ERROR {error}", file=sys.stderr)
+        return 1
     for role in roles:
         try:
-            wanted, current, found = role_readme(role)
+            wanted, current, found, names = role_readme(role, ranges)
         except DocsError as error:
             problems.append(str(error))
             continue
         problems.extend(found)
+        documented |= names
         if wanted != current:
             stale.append((role / "README.md", BEGIN in current))
             if not check:
@@ -264,6 +359,7 @@ def run(roles_dir, check):
             print(f"{name}: {what}; fix: {FIX}", file=sys.stderr)
         else:
             print(f"{name}: rewritten")
+    problems.extend(undocumented(ranges, documented))
     for problem in problems:
         print(f"ERROR {problem}", file=sys.stderr)
     return 1 if problems or (check and stale) else 0

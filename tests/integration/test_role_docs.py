@@ -2,6 +2,7 @@
 and the checkout's are current; the renderer escapes, joins and reports what it should."""
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils import vllm_cpu_planner
+from ansible_collections.vllm.cpu_fleet.plugins.plugin_utils.preflight import common
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "role_docs.py"
@@ -209,3 +212,72 @@ def test_inline_yaml_keeps_types_readable():
     assert role_docs.inline_yaml(False) == "false"
     assert role_docs.inline_yaml({"a": 1}) == "{a: 1}"
     assert "\n" not in role_docs.inline_yaml(textwrap.dedent("one\n  two\n"))
+
+
+def _readme_row(role, name):
+    """The row of option `name` in the checkout's roles/<role>/README.md."""
+    return _row((REPO / "roles" / role / "README.md").read_text(encoding="utf-8"), name)
+
+
+def test_the_range_column_shows_the_bounds_preflight_enforces():
+    """A BOUNDS entry and a planner NUMBERS entry appear, as those tables give them, in the README's range cell."""
+    low, high = common.BOUNDS["vllm_build_nice"]
+    assert f"| `{low}` to `{high}` |" in _readme_row("vllm_build", "vllm_build_nice")
+    low, _high = common.BOUNDS["vllm_build_timeout"]
+    assert f"| at least `{low}` |" in _readme_row("vllm_build", "vllm_build_timeout")
+    _kind, low, low_ok, high, _example = vllm_cpu_planner.NUMBERS["memory_fraction"]
+    assert not low_ok
+    assert f"| above `{low}`, at most `{high}` |" in _readme_row("vllm_plan", "vllm_plan_memory_fraction")
+    _kind, low, _low_ok, high, _example = vllm_cpu_planner.NUMBERS["tp"]
+    assert f"| `{low}` to `{high}` |" in _readme_row("vllm_plan", "vllm_plan_tp")
+
+
+def test_choices_and_a_range_share_the_cell():
+    """An option with choices and a bound shows both; one with neither an empty cell."""
+    ranges = {"demo_mode": ("`1` to `2`", "test"), "demo_name": ("", "test")}
+    block = role_docs.render(SPEC["argument_specs"], DEFAULTS, ranges)
+    assert "| `a`, `b`; `1` to `2` |" in _row(block, "demo_mode")
+    assert _row(block, "demo_name").startswith("| `demo_name` | str | `x` | no |  | The name. |")
+
+
+def _collection_copy(tmp_path):
+    """The checkout's roles/ and plugins/ copied under tmp_path; returns the copy's root."""
+    root = tmp_path / "collection"
+    for part in ("roles", "plugins"):
+        shutil.copytree(REPO / part, root / part, symlinks=True)
+    return root
+
+
+def _check(root):
+    return subprocess.run(
+        [sys.executable, str(TOOL), "--check", "--roles-dir", str(root / "roles")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_bounded_name_no_spec_documents_fails_the_check(tmp_path):
+    """A BOUNDS entry for a variable no role's spec has: --check fails naming it, the table and the fix."""
+    root = _collection_copy(tmp_path)
+    assert _check(root).returncode == 0, "the copy as it is passes"
+    table = root / role_docs.BOUNDS_FILE
+    table.write_text(table.read_text() + '\nBOUNDS["vllm_build_undocumented_knob"] = (0, 9)\n')
+    result = _check(root)
+    assert result.returncode == 1
+    assert (
+        f"ERROR {role_docs.BOUNDS_FILE}: BOUNDS: vllm_build_undocumented_knob: bounded, but no role's"
+        " meta/argument_specs.yml documents it; fix: add vllm_build_undocumented_knob to the spec" in result.stderr
+    )
+
+
+def test_a_planner_number_the_role_does_not_feed_fails_the_check(tmp_path):
+    """A planner NUMBERS key that vllm_plan_options feeds from no plain variable: --check fails naming it."""
+    root = _collection_copy(tmp_path)
+    table = root / role_docs.NUMBERS_FILE
+    table.write_text(table.read_text() + '\nNUMBERS["new_knob"] = ("int", 1, True, 9, "2")\n')
+    result = _check(root)
+    assert result.returncode == 1
+    assert "roles/vllm_plan/vars/main.yml: vllm_plan_options.new_knob: not a plain" in result.stderr
+    assert "fix: feed it from the role's variable" in result.stderr
