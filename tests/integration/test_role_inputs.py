@@ -1,5 +1,7 @@
 """Role inputs: every default is mirrored in meta/argument_specs.yml and listed in the
-role's README.md, and a wrong type stops the role before any task runs, naming the variable."""
+role's README.md, defaults/main.yml holds values and one-line section headers only (the
+spec's descriptions say what each means), and a wrong type stops the role before any task
+runs, naming the variable."""
 
 import re
 import subprocess
@@ -59,6 +61,74 @@ def test_defaults_argument_specs_and_readme_agree(role):
     missing, stale = sorted(set(defaults) - listed), sorted(listed - set(defaults) - accepted)
     assert not missing, f"roles/{role.name}/README.md: no table row for {missing}; fix: add one row each"
     assert not stale, f"roles/{role.name}/README.md: {stale} are in no argument spec; fix: remove their rows"
+
+
+HEADER_MAX_CHARS = 60
+HEADERS_PER_FILE = 12
+VARIABLE_LINE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:( |$)")
+
+
+def defaults_comment_problems(text):
+    """The comment lines of a defaults/main.yml that are not section headers, as `line N: problem` strings.
+
+    A comment line is a line whose first non-blank character is `#` (a comment after a value, such as a
+    `# noqa`, is none). Each must be a section header: at column 0, at most HEADER_MAX_CHARS characters,
+    directly after the `---` line or a blank line and directly before a variable line (`name:` at column 0).
+    So a header is one line that opens a block of variables: no comment of two lines or more, none inside
+    a block or a value, none at the end. A file has at most HEADERS_PER_FILE of them. What a variable means
+    is said once, in the option's description in meta/argument_specs.yml.
+    """
+    lines = text.splitlines()
+    problems = []
+    comments = [number for number, line in enumerate(lines) if line.lstrip().startswith("#")]
+    for number in comments:
+        line = lines[number]
+        before = lines[number - 1] if number else None
+        after = lines[number + 1] if number + 1 < len(lines) else None
+        if not line.startswith("#"):
+            problems.append(f"line {number + 1}: an indented comment")
+        elif len(line) > HEADER_MAX_CHARS:
+            problems.append(f"line {number + 1}: {len(line)} characters, more than {HEADER_MAX_CHARS}")
+        elif before is None or (before.strip() and before != "---"):
+            problems.append(f"line {number + 1}: not after a blank line or the --- line")
+        elif after is None or not VARIABLE_LINE.match(after):
+            problems.append(f"line {number + 1}: not followed by a variable line")
+    if len(comments) > HEADERS_PER_FILE:
+        problems.append(f"{len(comments)} comment lines, more than {HEADERS_PER_FILE}")
+    return problems
+
+
+@pytest.mark.parametrize(
+    "role", sorted(p.parent.parent for p in REPO.glob("roles/*/defaults/main.yml")), ids=lambda p: p.name
+)
+def test_defaults_hold_values_and_section_headers_only(role):
+    """defaults/main.yml holds values and one-line section headers only (rule: defaults_comment_problems)."""
+    problems = defaults_comment_problems((role / "defaults/main.yml").read_text())
+    assert not problems, (
+        f"roles/{role.name}/defaults/main.yml: comments: {'; '.join(problems)}; fix: keep one header line of at most"
+        f" {HEADER_MAX_CHARS} characters per block of variables and say what a variable means in its description in"
+        " meta/argument_specs.yml."
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("---\n# Model source\nx_a: 1\nx_b: 2\n\n# Timeouts\nx_c: 3  # noqa: var-naming\n", []),
+        (
+            "---\n# Model source,\n# and more\nx_a: 1\n",
+            ["line 2: not followed by a variable line", "line 3: not after a blank line or the --- line"],
+        ),
+        ("---\n# Model source\nx_a: 1\n# Why b\nx_b: 2\n", ["line 4: not after a blank line or the --- line"]),
+        ("---\nx_a: >-\n  # text\n  more\n", ["line 3: an indented comment"]),
+        ("---\n# " + "w" * 60 + "\nx_a: 1\n", ["line 2: 62 characters, more than 60"]),
+        ("---\nx_a: 1\n\n# The end\n", ["line 4: not followed by a variable line"]),
+        ("---\n" + "".join(f"# H{i}\nx_{i}: 1\n\n" for i in range(13)), ["13 comment lines, more than 12"]),
+    ],
+)
+def test_defaults_comment_rule(text, expected):
+    """The header rule itself: a file of headers passes, each kind of explanatory comment is named."""
+    assert defaults_comment_problems(text) == expected
 
 
 def run_role(tmp_path, role, role_vars):
