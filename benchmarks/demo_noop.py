@@ -4,8 +4,8 @@ Run from the repo root after `bash scripts/demo.sh` converged the fleet (pass th
   .venv/bin/python benchmarks/demo_noop.py [--runs 2] [--write] [-- -e vllm_install_source=index]
 
 Each round runs, one after the other: an empty play, a `ping` play, `site.yml` (hosts whose converged record
-holds are skipped) and `site.yml -e vllm_fleet_full_converge=true` (every role on every host, as every re-run
-did before the record) over inventories/demo, and records each run's wall time and the recap's changed count
+holds are skipped) and `site.yml -e vllm_fleet_full_converge=true` (every role on every host) over
+inventories/demo, and records each run's wall time and the recap's changed count
 (a re-run that changes anything is not a no-op and is reported as such). --write replaces the
 "## Demo fleet: no-op re-run" section of docs/benchmarks.md.
 """
@@ -83,9 +83,8 @@ def main():
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs; load average (1, 5, 15 min) before "
         f"{', '.join(f'{x:.2f}' for x in load_before)}, after {', '.join(f'{x:.2f}' for x in load_after)}. "
         "The demo fleet (inventories/demo: builder, two vLLM hosts, load balancer; `podman` connection), "
-        "converged before. Best of the rounds; the ratio is to the best `ping` play. Before the converged record "
-        "(main at 25c2b49, 2026-11-25 06:37 UTC) the re-run ran every role on every host: 143.4 s, 269 tasks, "
-        "66.7x ping; the `full_converge` row (`-e vllm_fleet_full_converge=true`) is that run today.",
+        "converged before. Best of the rounds; the ratio is to the best `ping` play. The `full_converge` row "
+        "(`-e vllm_fleet_full_converge=true`) runs every role on every host.",
         "",
         "| play | hosts | tasks run (ok) | changed | wall s, each round | best wall s | x ping |",
         "|---|---:|---:|---:|---|---:|---:|",

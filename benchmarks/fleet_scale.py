@@ -14,8 +14,9 @@ playbooks/facts.yml, then both again with Ansible's jsonfile fact cache (a cold 
 timed warm runs confirm each host's cached facts by their key), and reports wall time, the
 controller's CPU time (user + system of ansible-playbook and everything it waited for, from
 wait4) and the peak RSS of its largest process. Ratios to the ping play are the comparable figures on a shared machine.
---write replaces the "## Fleet scale" section of docs/benchmarks.md (the measured table is kept
-under --label, so a before and an after run sit side by side).
+--write puts the table in the "## Fleet scale" section of docs/benchmarks.md under a sub-heading
+named by its host counts ("### 50 and 200 hosts"), replacing the table of the same host counts: one
+current table per fleet size.
 """
 
 import argparse
@@ -239,14 +240,21 @@ def measure(sizes, forks, keep, fact_cache=True):
     return rows
 
 
-def render(rows, label, command, load_before, load_after, started):
+def heading(sizes):
+    """The sub-heading a run's table goes under: its host counts, '50 and 200 hosts'."""
+    counts = [f"{n:,}" for n in sizes]
+    return (", ".join(counts[:-1]) + " and " if len(counts) > 1 else "") + counts[-1] + " hosts"
+
+
+def render(rows, label, command, load_before, load_after, started, note=""):
     ping = {row["n"]: row for row in rows if row["what"] == "ping play"}
     lines = [
         f"### {label}",
         "",
         f"`{command}`, {started:%Y-%m-%d %H:%M} UTC, ansible-core {ansible.__version__}, Python"
         f" {platform.python_version()}, {os.cpu_count()} CPUs; load average (1, 5, 15 min)"
-        f" before {', '.join(f'{x:.2f}' for x in load_before)}, after {', '.join(f'{x:.2f}' for x in load_after)}.",
+        f" before {', '.join(f'{x:.2f}' for x in load_before)}, after {', '.join(f'{x:.2f}' for x in load_after)}."
+        + (f" {note}" if note else ""),
         "",
         "| hosts | play | wall s | x ping | wall ms/host | controller CPU s | CPU ms/host | peak RSS MiB |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
@@ -261,7 +269,7 @@ def render(rows, label, command, load_before, load_after, started):
 
 
 def write_section(table, label):
-    """Put this run's table under HEADING, replacing an earlier table of the same label only."""
+    """Put this run's table under HEADING, replacing the table of the same sub-heading (host counts)."""
     path = REPO / "docs" / "benchmarks.md"
     text = path.read_text(encoding="utf-8")
     start = text.find(HEADING)
@@ -285,7 +293,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", default="50,200", help="comma-separated host counts (1000 takes long)")
     parser.add_argument("--forks", type=int, default=20)
-    parser.add_argument("--label", default="Measured", help="sub-heading of this run's table")
+    parser.add_argument("--label", default="", help="a note on this run, printed after its command")
     parser.add_argument("--keep", action="store_true", help="keep the work directories and logs")
     parser.add_argument("--no-fact-cache", action="store_true", help="leave out the fact cache rows")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
@@ -295,10 +303,10 @@ def main():
     started = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()
     rows = measure(sizes, args.forks, args.keep, fact_cache=not args.no_fact_cache)
-    table = render(rows, args.label, command, load_before, os.getloadavg(), started)
+    table = render(rows, heading(sizes), command, load_before, os.getloadavg(), started, args.label)
     print(table)
     if args.write:
-        write_section(table, args.label)
+        write_section(table, heading(sizes))
 
 
 if __name__ == "__main__":
