@@ -230,10 +230,8 @@ def test_html_template_escapes_a_host_name_a_message_and_a_version():
     message = "<img src=x onerror=alert(1)> & \"quoted\" 'single'"
     version = "0.32.0<b>+cpu</b>&\"'"
     hosts, hostvars, lbs, mon, options = fake.fake_fleet()
-    hostvars[host] = {
-        **fake.host_vars("spr-1"),
-        "fleet_report_state": fake.ran(fake.state(host, [fake.running("vllm-0", version=version)], installed=(version,))),
-    }
+    live = fake.state(host, [fake.running("vllm-0", version=version)], installed=(version,))
+    hostvars[host] = {**fake.host_vars("spr-1"), "fleet_report_state": fake.ran(live)}
     hostvars["spr-2"]["fleet_report_state"] = {"rc": 1, "stdout": "", "stderr": message}
     page = filters.vllm_fleet_report_html(filters.vllm_fleet_report([*hosts, host], hostvars, lbs, mon, options))
     for text in (host, message, version):
