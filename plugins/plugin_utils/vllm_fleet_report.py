@@ -2,7 +2,7 @@
 see of it, and what it serves, as one Markdown and one self-contained HTML page (inline SVG bar charts,
 no script, nothing fetched when the page is opened).
 
-Pure functions over what playbooks/report.yml collected (standard library only):
+Pure functions over what playbooks/report.yml collected (the standard library, and Jinja2 for the pages):
 
 - parse_exposition(): Prometheus text exposition (an instance's /metrics) into samples;
 - instance_figures() / sampled_figures(): an instance's figures from one or two reads of its /metrics;
@@ -10,16 +10,21 @@ Pure functions over what playbooks/report.yml collected (standard library only):
 - lb_servers(): HAProxy's `show stat` CSV, read by its header (module_utils/vllm_lb_backends.py);
 - build_report(): one row per host and instance from the plan, the host's live state
   (roles/vllm_service/files/vllm_fleet_state.py --format json), the load balancers' views and the figures;
-- render_markdown() / render_html() / svg_bars(): the pages. Every value in the HTML goes through html.escape.
+- render_markdown() / render_html(): the pages, from the templates beside this file (vllm_fleet_report.md.j2 and
+  vllm_fleet_report.html.j2); svg_bars(): their charts. Every value in the HTML goes through html.escape.
 """
 
 import base64
+import functools
 import html
 import json
 import math
+import os
 import re
 
+import jinja2
 from ansible_collections.vllm.cpu_fleet.plugins.module_utils.vllm_lb_backends import BackendError, stat_rows
+from markupsafe import Markup
 
 # The vLLM series the report reads, by figure. The first name an instance exposes wins (older releases
 # called the KV cache gauge gpu_cache_usage_perc, also on CPU). kv_usage is a fraction (1 = full).
@@ -34,7 +39,6 @@ GAUGES = {
 }
 # Gauges summed over an instance's engines and models, except the KV cache's share (the fullest counts).
 _MAX_GAUGES = {"kv_usage"}
-FIGURES = ("prompt_tps", "generation_tps", "kv_usage", "running", "waiting")
 # Prometheus only (a rate of histogram buckets or of the load balancers' answers, not one read of /metrics): the
 # p95 time to the first token and to the last, and the share of the instance's answers through every load balancer
 # that were 5xx (HAProxy's own 502/503/504 included), each over the rate window.
@@ -616,7 +620,7 @@ def _installed_text(row):
     return ", ".join(i["version"] + (" (active)" if i["active"] else "") for i in row["installed"])
 
 
-# ---------------------------------------------------------------- Markdown
+# ---------------------------------------------------------------- Markdown and HTML pages
 
 
 def _md(value):
@@ -630,151 +634,6 @@ def _mdcode(value):
     return f"`{text}`" if text else ""
 
 
-def render_markdown(report):
-    out = [f"# {_md(report['title'])}", ""]
-    hosts = report["hosts"]
-    versions = sorted({row["target_version"] for row in hosts if row["target_version"]})
-    out.append(
-        f"vLLM {_md(', '.join(versions) or '?')}, {len(hosts)} host(s)"
-        + (f", generated {_md(report['generated'])}" if report["generated"] else "")
-        + "."
-    )
-    out += [
-        f"Figures: {_md(report['figures_source'])}.",
-        "Topology is sockets / NUMA nodes / physical cores x threads per core.",
-        "",
-    ]
-    for note in report["notes"]:
-        out += [f"> {_md(note)}", ""]
-    if report.get("alerts") is not None:
-        out += ["## Firing alerts", ""]
-        out += [f"- {_md(a['severity'])} {_md(a['alert'])}: {_md(a['where'] or 'the fleet')}" for a in report["alerts"]]
-        out += ([] if report["alerts"] else ["- none"]) + [""]
-    out += [
-        "## Hosts and plans",
-        "",
-        "| host | CPU | ISA class | topology | memory | instances | TP | OpenMP bind | reserved CPUs | KV cache "
-        "| build |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in hosts:
-        if row["missing"]:
-            out.append(f"| {_md(row['host'])} | {_md(row['missing'])} | | | | | | | | | |")
-            continue
-        out.append(
-            "| "
-            + " | ".join(
-                [
-                    _md(row["host"]),
-                    _md(row["model"]),
-                    _md(row["isa_class"]),
-                    _md(row["topology"]),
-                    _md(row["memory"]),
-                    _md(row["plan_instances"]),
-                    _md(row["tp"]),
-                    _mdcode(row["bind"]),
-                    _mdcode(row["reserved"]),
-                    _md(row["kvcache"]),
-                    _md(row["build"]),
-                ]
-            )
-            + " |"
-        )
-    lb_names = [lb["name"] for lb in report["loadbalancers"]]
-    out += [
-        "",
-        "## Instances, live",
-        "",
-        "| host / instance | class | port | running | installed | unit | restarts | CPUs (bind) | KV cache | TP x DP | "
-        + "".join(f"{_md(name)} | " for name in lb_names)
-        + "prompt tok/s | gen tok/s | KV used | running / waiting | p95 first token / whole answer | 5xx |",
-        "|---" * (16 + len(lb_names)) + "|",
-    ]
-    empty = " |" * (15 + len(lb_names))
-    for row in hosts:
-        problems = [p for p in (row["state_problem"], row["figures_problem"]) if p]
-        if not row["instances"]:
-            why = "; ".join(problems) or row["missing"] or "no planned instances"
-            out.append(f"| {_md(row['host'])} | {_md(why)}{empty}")
-            continue
-        for instance in row["instances"]:
-            f = instance["figures"] or {}
-            cells = [
-                _md(f"{row['host']} / {instance['name']}"),
-                _md(row["class"]),
-                _md(instance["port"]),
-                _md(instance["version"] or "?"),
-                _md(_installed_text(row) or "?"),
-                _md(
-                    (instance["unit"] or ("state unknown" if row["state_problem"] else "?"))
-                    + (f", up {instance['uptime']}" if instance["uptime"] else "")
-                ),
-                _md(fmt(instance["restarts"])),
-                _mdcode(instance["cpus"]) + (f" ({_mdcode(instance['bind'])})" if instance["bind"] else ""),
-                _md(fmt(instance["kvcache_gib"], unit=" GiB")),
-                _md(f"{instance['tp']} x {instance['dp']}" if instance["planned"] else "not planned"),
-                *(_md(_lb_text(instance["lb"][name])) for name in lb_names),
-                _md(fmt(f.get("prompt_tps"))),
-                _md(fmt(f.get("generation_tps"))),
-                _md(pct(f.get("kv_usage"))),
-                _md(
-                    f"{fmt(f.get('running'), 0)} / {fmt(f.get('waiting'), 0)}"
-                    if f
-                    else ("no answer" if instance["figures_error"] or row["figures_problem"] else "n/a")
-                ),
-                _md(latency_text(f)),
-                _md(pct(f.get("lb_error_share"))),
-            ]
-            out.append("| " + " | ".join(cells) + " |")
-    problems = [(row["host"], text) for row in hosts if row["instances"] for text in host_problems(row)]
-    if problems:
-        out += ["", "What could not be read:", ""]
-        out += [f"- {_md(host)}: {_md(text)}" for host, text in problems]
-    if report["loadbalancers"]:
-        out += ["", "## Load balancers", ""]
-        for lb in report["loadbalancers"]:
-            line = f"- {_md(lb['name'])} (backend {_md(lb['backend'])}): "
-            line += (
-                _md(lb["problem"])
-                if lb["problem"]
-                else f"{lb['up']} of {lb['servers']} servers UP, {lb['sessions']} current sessions"
-            )
-            if lb["unplanned"]:
-                line += "; servers no host of this inventory plans: " + ", ".join(
-                    _md(f"{s['server']} {s['status']}") for s in lb["unplanned"]
-                )
-            out.append(line)
-    out += [
-        "",
-        "## By host class",
-        "",
-        "| class | hosts | instances (active) | prompt tok/s | gen tok/s | KV used mean / max |",
-        "|---|---|---|---|---|---|",
-    ]
-    for cls in report["classes"]:
-        out.append(
-            f"| {_md(cls['name'])} | {cls['hosts']} | {cls['instances']} ({cls['active']}) | "
-            f"{_md(fmt(cls['prompt_tps']))} | "
-            f"{_md(fmt(cls['generation_tps']))} | {_md(pct(cls['kv_mean']))} / {_md(pct(cls['kv_max']))} |"
-        )
-    bench = report["benchmark"]
-    if bench:
-        out += ["", "## Benchmark", "", _md(benchmark_caption(bench)), ""]
-        if bench["levels"]:
-            out += [
-                "| concurrency | requests (errors) | output tok/s | TTFT p50 | TTFT p95 |",
-                "|---|---|---|---|---|",
-            ]
-            for level in bench["levels"]:
-                out.append(
-                    f"| {_md(level.get('concurrency'))} | {_md(level.get('requests'))} ({_md(level.get('errors'))}) | "
-                    f"{_md(fmt(level.get('tokens_per_s')))} | {_md(fmt(level.get('ttft_p50_s'), 3, ' s'))} | "
-                    f"{_md(fmt(level.get('ttft_p95_s'), 3, ' s'))} |"
-                )
-    out.append("")
-    return "\n".join(out)
-
-
 def benchmark_caption(bench):
     if bench["problem"]:
         return f"The benchmark through {bench['through'] or 'the load balancer'} failed: {bench['problem']}"
@@ -786,7 +645,7 @@ def benchmark_caption(bench):
     )
 
 
-# ---------------------------------------------------------------- SVG and HTML
+# ---------------------------------------------------------------- SVG charts
 
 _COLOURS = {"prompt": "#4c78a8", "generation": "#f58518", "kv": "#54a24b", "kv_high": "#e45756"}
 
@@ -860,248 +719,76 @@ def class_charts(cls):
     )
 
 
-_CSS = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { margin-bottom: 0.2em; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
-th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-align: top; font-size: 13px; }
-th { background: #eee; }
-td.missing, p.problem, td.problem { color: #a00; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-code { font-size: 90%; }
-.st { display: inline-block; padding: 0 5px; border-radius: 3px; font-size: 12px; color: #fff; }
-.st-UP { background: #2e7d32; } .st-DOWN { background: #c62828; } .st-DRAIN { background: #ef6c00; }
-.st-MAINT { background: #616161; } .st-NOLB, .st-OTHER { background: #8d6e63; }
-.ok { color: #2e7d32; } .bad { color: #c62828; }
-.charts { display: flex; flex-wrap: wrap; gap: 1em 2em; }
-.chart text { font: 12px system-ui, sans-serif; fill: #222; }
-.chart .chart-title { font-weight: bold; font-size: 13px; }
-.chart .track { fill: #f2f2f2; } .chart .na { fill: #999; font-style: italic; }
-.legend span { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 12px; }
-"""
+def _benchmark_chart(bench):
+    bars = [(f"concurrency {lv.get('concurrency')}", lv.get("tokens_per_s"), "generation") for lv in bench["levels"]]
+    return svg_bars("Benchmark: output tokens/s", bars, "tok/s")
 
 
-def _td(value, cls=""):
-    return f'<td class="{cls}">{html.escape(str(value))}</td>' if cls else f"<td>{html.escape(str(value))}</td>"
+def _versions(hosts):
+    """The vLLM versions the hosts are planned to run, sorted."""
+    return sorted({row["target_version"] for row in hosts if row["target_version"]})
 
 
-def _lb_cell(view):
-    e = html.escape
-    if view.get("note"):
-        return f'<td class="problem" title="{e(view["note"])}">?</td>'
-    word = status_word(view["status"])
-    sessions = view.get("sessions")
-    cur = f" {e(str(sessions))} cur" if sessions is not None else ""
-    return f'<td><span class="st st-{word}">{e(view["status"])}</span>{cur}</td>'
+def _views(instance, lb_names):
+    """An instance's load balancer views in the order of the table's columns."""
+    return [instance["lb"][name] for name in lb_names]
+
+
+def _unread(hosts):
+    """[(host, text)] of what could not be read on the hosts with instances."""
+    return [(row["host"], text) for row in hosts if row["instances"] for text in host_problems(row)]
+
+
+# ---------------------------------------------------------------- the templates
+
+_TEMPLATES = os.path.dirname(os.path.abspath(__file__))
+
+
+@jinja2.pass_eval_context
+def _escaped(eval_ctx, value):
+    """What a template writes of a value: in an autoescaped template (the HTML page) html.escape of its text (quotes
+    as &quot; and &#x27;, as the page always had them; markupsafe would write &#34; and &#39;), markup as it is."""
+    if eval_ctx.autoescape and not hasattr(value, "__html__"):
+        return Markup(html.escape(str(value)))
+    return value
+
+
+@functools.cache
+def _environment():
+    """The templates beside this file: vllm_fleet_report.html.j2 autoescaped, vllm_fleet_report.md.j2 not (its cells
+    go through the md and mdcode filters)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
+        finalize=_escaped,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(md=_md, mdcode=_mdcode, lb_text=_lb_text)
+    env.globals.update(
+        fmt=fmt,
+        pct=pct,
+        latency_text=latency_text,
+        installed_text=_installed_text,
+        status_word=status_word,
+        benchmark_caption=benchmark_caption,
+        class_charts=class_charts,
+        benchmark_chart=_benchmark_chart,
+        colours=_COLOURS,
+        versions=_versions,
+        views=_views,
+        unread_items=_unread,
+    )
+    return env
+
+
+def render_markdown(report):
+    """The report as Markdown (vllm_fleet_report.md.j2)."""
+    return _environment().get_template("vllm_fleet_report.md.j2").render(report=report)
 
 
 def render_html(report):
-    e = html.escape
-    hosts = report["hosts"]
-    versions = sorted({row["target_version"] for row in hosts if row["target_version"]})
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        '<head><meta charset="utf-8">',
-        f"<title>{e(report['title'])}</title>",
-        f"<style>{_CSS}</style>",
-        "</head>",
-        "<body>",
-        f"<h1>{e(report['title'])}</h1>",
-        f"<p>vLLM {e(', '.join(versions) or '?')}, {len(hosts)} host(s)"
-        + (f", generated {e(report['generated'])}" if report["generated"] else "")
-        + f". Figures: {e(report['figures_source'])}.</p>",
-    ]
-    out += [f'<p class="problem">{e(note)}</p>' for note in report["notes"]]
-    if report.get("alerts") is not None:
-        out.append("<h2>Firing alerts</h2>")
-        if report["alerts"]:
-            out.append("<ul>")
-            out += [
-                f'<li class="{"bad" if a["severity"] == "critical" else "problem"}">{e(a["severity"])}'
-                f" <b>{e(a['alert'])}</b>: {e(a['where'] or 'the fleet')}</li>"
-                for a in report["alerts"]
-            ]
-            out.append("</ul>")
-        else:
-            out.append('<p class="ok">None.</p>')
-    # Charts first: what the fleet serves per host class.
-    out.append("<h2>By host class</h2>")
-    out.append(
-        "<table><tr><th>class</th><th>hosts</th><th>instances (active)</th><th>prompt tok/s</th>"
-        "<th>gen tok/s</th><th>KV used mean / max</th></tr>"
-    )
-    for cls in report["classes"]:
-        out.append(
-            "<tr>"
-            + _td(cls["name"])
-            + _td(cls["hosts"], "num")
-            + _td(f"{cls['instances']} ({cls['active']})", "num")
-            + _td(fmt(cls["prompt_tps"]), "num")
-            + _td(fmt(cls["generation_tps"]), "num")
-            + _td(f"{pct(cls['kv_mean'])} / {pct(cls['kv_max'])}", "num")
-            + "</tr>"
-        )
-    out.append("</table>")
-    out.append(
-        '<p class="legend">'
-        + "".join(
-            f'<span style="background:{_COLOURS[key]}"></span>{e(text)}'
-            for key, text in (
-                ("prompt", "prompt tokens/s"),
-                ("generation", "generated tokens/s"),
-                ("kv", "KV cache used"),
-                ("kv_high", "KV cache used, 90 % or more"),
-            )
-        )
-        + "</p>"
-    )
-    for cls in report["classes"]:
-        if not cls["instances"]:
-            out.append(f"<h3>{e(cls['name'])}</h3><p>No instances: {cls['hosts']} host(s) without a plan.</p>")
-            continue
-        tps, kv = class_charts(cls)
-        out.append(f'<h3>{e(cls["name"])}</h3><div class="charts" data-class="{e(cls["name"])}">{tps}{kv}</div>')
-
-    lb_names = [lb["name"] for lb in report["loadbalancers"]]
-    out.append("<h2>Instances, live</h2>")
-    out.append(
-        "<table><tr><th>host</th><th>instance</th><th>class</th><th>port</th><th>running</th><th>installed</th>"
-        "<th>unit</th><th>restarts</th><th>CPUs (OpenMP bind)</th><th>KV cache</th><th>TP x DP</th>"
-        + "".join(f"<th>{e(name)}</th>" for name in lb_names)
-        + "<th>prompt tok/s</th><th>gen tok/s</th><th>KV used</th><th>running / waiting</th>"
-        "<th>p95 first token / whole answer</th><th>5xx</th></tr>"
-    )
-    columns = 16 + len(lb_names)
-    for row in hosts:
-        problems = [p for p in (row["state_problem"], row["figures_problem"]) if p]
-        if not row["instances"]:
-            why = "; ".join(problems) or row["missing"] or "no planned instances"
-            out.append(f'<tr><td>{e(row["host"])}</td><td class="missing" colspan="{columns - 1}">{e(why)}</td></tr>')
-            continue
-        span = len(row["instances"])
-        for index, instance in enumerate(row["instances"]):
-            f = instance["figures"] or {}
-            cells = []
-            if index == 0:
-                cells.append(f'<td rowspan="{span}">{e(row["host"])}</td>')
-            running = instance["version"] or "?"
-            stale = bool(instance["version"]) and row["target_version"] and instance["version"] != row["target_version"]
-            unit = instance["unit"] or ("state unknown" if row["state_problem"] else "?")
-            cells += [
-                _td(instance["name"]),
-                _td(row["class"]),
-                _td(instance["port"], "num"),
-                _td(running, "bad" if stale else ""),
-                _td(_installed_text(row) or "?"),
-                _td(
-                    unit + (f", up {instance['uptime']}" if instance["uptime"] else ""),
-                    "ok" if instance["active"] else "bad",
-                ),
-                _td(fmt(instance["restarts"]), "num"),
-                f"<td><code>{e(instance['cpus'])}</code>"
-                + (f" (<code>{e(instance['bind'])}</code>)" if instance["bind"] else "")
-                + "</td>",
-                _td(fmt(instance["kvcache_gib"], unit=" GiB"), "num"),
-                _td(f"{instance['tp']} x {instance['dp']}" if instance["planned"] else "not planned"),
-                *(_lb_cell(instance["lb"][name]) for name in lb_names),
-                _td(fmt(f.get("prompt_tps")), "num"),
-                _td(fmt(f.get("generation_tps")), "num"),
-                _td(pct(f.get("kv_usage")), "num"),
-                _td(f"{fmt(f.get('running'), 0)} / {fmt(f.get('waiting'), 0)}", "num")
-                if f
-                else _td("no answer" if instance["figures_error"] or row["figures_problem"] else "n/a", "problem"),
-                _td(latency_text(f), "num"),
-                _td(pct(f.get("lb_error_share")), "bad" if (f.get("lb_error_share") or 0) > 0.05 else "num"),
-            ]
-            out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</table>")
-    problems = [(row["host"], text) for row in hosts if row["instances"] for text in host_problems(row)]
-    if problems:
-        out.append('<p>What could not be read:</p><ul class="problems">')
-        out += [f"<li>{e(host)}: {e(text)}</li>" for host, text in problems]
-        out.append("</ul>")
-
-    if report["loadbalancers"]:
-        out.append("<h2>Load balancers</h2><ul>")
-        for lb in report["loadbalancers"]:
-            text = (
-                f'<span class="bad">{e(lb["problem"])}</span>'
-                if lb["problem"]
-                else f"{lb['up']} of {lb['servers']} servers UP, {lb['sessions']} current sessions"
-            )
-            extra = ""
-            if lb["unplanned"]:
-                extra = "; servers no host of this inventory plans: " + ", ".join(
-                    f'{e(s["server"])} <span class="st st-{status_word(s["status"])}">{e(s["status"])}</span>'
-                    for s in lb["unplanned"]
-                )
-            out.append(f"<li>{e(lb['name'])} (backend {e(lb['backend'])}): {text}{extra}</li>")
-        out.append("</ul>")
-
-    out.append("<h2>Hosts and plans</h2>")
-    out.append("<p>Topology is sockets / NUMA nodes / physical cores x threads per core.</p>")
-    out.append(
-        "<table><tr><th>host</th><th>CPU</th><th>ISA class</th><th>topology</th><th>memory</th><th>instances</th>"
-        "<th>TP</th><th>OpenMP bind</th><th>reserved CPUs</th><th>KV cache</th><th>build</th>"
-        "<th>versions installed</th>"
-        "<th>firewall</th><th>converged record</th></tr>"
-    )
-    for row in hosts:
-        if row["missing"]:
-            out.append(f'<tr><td>{e(row["host"])}</td><td class="missing" colspan="13">{e(row["missing"])}</td></tr>')
-            continue
-        firewall = row["firewall"] or {}
-        fw = (
-            ("loaded" if firewall.get("present") else "NOT loaded")
-            if firewall.get("expected")
-            else ("none expected" if row["firewall"] is not None else "?")
-        )
-        conv = row["converged"] or {}
-        record = ("present" if conv.get("present") else "absent") if row["converged"] is not None else "?"
-        plan_note = f" (from {row['plan_source']})" if row["plan_source"] and row["plan_source"] != "this run" else ""
-        out.append(
-            "<tr>"
-            + _td(row["host"])
-            + _td(row["model"])
-            + _td(row["isa_class"])
-            + _td(row["topology"])
-            + _td(row["memory"])
-            + _td(row["plan_instances"] + plan_note)
-            + _td(row["tp"])
-            + f"<td><code>{e(row['bind'])}</code></td><td><code>{e(row['reserved'])}</code></td>"
-            + _td(row["kvcache"])
-            + _td(row["build"])
-            + _td(_installed_text(row) or row["state_problem"] or "?", "" if row["installed"] else "problem")
-            + _td(fw, "bad" if fw == "NOT loaded" else "")
-            + _td(record)
-            + "</tr>"
-        )
-    out.append("</table>")
-
-    bench = report["benchmark"]
-    if bench:
-        out.append("<h2>Benchmark</h2>")
-        out.append(f'<p class="{"problem" if bench["problem"] else ""}">{e(benchmark_caption(bench))}</p>')
-        if bench["levels"]:
-            out.append(
-                "<table><tr><th>concurrency</th><th>requests (errors)</th><th>output tok/s</th>"
-                "<th>TTFT p50</th><th>TTFT p95</th></tr>"
-            )
-            for level in bench["levels"]:
-                out.append(
-                    "<tr>"
-                    + _td(level.get("concurrency"), "num")
-                    + _td(f"{level.get('requests')} ({level.get('errors')})", "num")
-                    + _td(fmt(level.get("tokens_per_s")), "num")
-                    + _td(fmt(level.get("ttft_p50_s"), 3, " s"), "num")
-                    + _td(fmt(level.get("ttft_p95_s"), 3, " s"), "num")
-                    + "</tr>"
-                )
-            out.append("</table>")
-            bars = [
-                (f"concurrency {lv.get('concurrency')}", lv.get("tokens_per_s"), "generation") for lv in bench["levels"]
-            ]
-            out.append(f'<div class="charts">{svg_bars("Benchmark: output tokens/s", bars, "tok/s")}</div>')
-    out += ["</body>", "</html>", ""]
-    return "\n".join(out)
+    """The report as one self-contained HTML page (vllm_fleet_report.html.j2)."""
+    return _environment().get_template("vllm_fleet_report.html.j2").render(report=report)

@@ -81,6 +81,9 @@ def test_artifact_holds_the_collection_and_no_checkout_files(installed):
         names = set(tar.getnames())
     wanted = {"MANIFEST.json", "meta/runtime.yml", "playbooks/site.yml", "plugins/modules/vllm_cpu_facts.py", "LICENSE"}
     assert wanted | {"roles/vllm_plan/tasks/main.yml"} <= names
+    # The fleet report's pages are rendered from the templates beside plugin_utils/vllm_fleet_report.py.
+    templates = {f"plugins/plugin_utils/vllm_fleet_report.{kind}.j2" for kind in ("md", "html")}
+    assert templates <= names, sorted(templates - names)
     # The license galaxy.yml names is the one the artifact carries (Galaxy and most companies need the text).
     with tarfile.open(artifact) as tar:
         text = tar.extractfile("LICENSE").read().decode()
@@ -121,6 +124,22 @@ def test_module_and_filter_run_from_the_installed_copy(installed):
     )
     assert release.returncode == 0, release.stdout + release.stderr
     assert "torch_version" in release.stdout
+
+
+def test_the_fleet_report_renders_from_the_installed_copy(installed):
+    # Its templates are found beside the installed plugin_utils module (loaded by Ansible's collection loader).
+    for page, marker in (("markdown", "# vLLM CPU fleet report"), ("html", "<h1>vLLM CPU fleet report</h1>")):
+        done = run(
+            installed,
+            "ansible",
+            "localhost",
+            "-m",
+            "ansible.builtin.debug",
+            "-a",
+            f"msg={{{{ [] | {FQCN}.vllm_fleet_report({{}}) | {FQCN}.vllm_fleet_report_{page} }}}}",
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert marker in done.stdout, done.stdout
 
 
 def test_every_shipped_playbook_parses_by_fqcn(installed):

@@ -222,6 +222,27 @@ def test_html_escapes_every_value(built):
     assert not re.search(r"<script|src=|href=|@import|url\(", page, re.IGNORECASE)
 
 
+def test_html_template_escapes_a_host_name_a_message_and_a_version():
+    """The HTML page comes from an autoescaped template (issue 45): markup in a host name, in a message (a failed
+    state reader's stderr) and in a version is text, escaped as html.escape does it (quotes as &quot; and &#x27;,
+    never markupsafe's &#34; and &#39;), wherever it is written: a cell, a rowspan cell, a list item."""
+    host = 'h<i>"&\'1'
+    message = "<img src=x onerror=alert(1)> & \"quoted\" 'single'"
+    version = "0.32.0<b>+cpu</b>&\"'"
+    hosts, hostvars, lbs, mon, options = fake.fake_fleet()
+    live = fake.state(host, [fake.running("vllm-0", version=version)], installed=(version,))
+    hostvars[host] = {**fake.host_vars("spr-1"), "fleet_report_state": fake.ran(live)}
+    hostvars["spr-2"]["fleet_report_state"] = {"rc": 1, "stdout": "", "stderr": message}
+    page = filters.vllm_fleet_report_html(filters.vllm_fleet_report([*hosts, host], hostvars, lbs, mon, options))
+    for text in (host, message, version):
+        assert html.escape(text) in page, text
+        assert text not in page, text
+    assert f'<td rowspan="2">{html.escape(host)}</td>' in page
+    assert f'<td class="bad">{html.escape(version)}</td>' in page  # not the version the plan wants
+    assert f"<li>spr-2: state unknown (state failed (rc 1): {html.escape(message)})</li>" in page
+    assert not re.search(r"<(i|b|img)[ >]", page) and "&#34;" not in page and "&#39;" not in page
+
+
 def test_markdown_escapes_cells(built):
     markdown = filters.vllm_fleet_report_markdown(built)
     assert fake.EVIL not in markdown and "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
