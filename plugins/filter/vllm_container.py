@@ -1,4 +1,4 @@
-"""Thin Jinja2 filters over plugin_utils/vllm_container.py (container mode, issue 30): roles never recompute a unit,
+"""Thin Jinja2 filters over plugin_utils/vllm_container.py (container mode): roles never recompute a unit,
 the seccomp profile or the podman env file; the venv unit takes its systemd policy from the same place."""
 
 from ansible.errors import AnsibleFilterError

@@ -1,4 +1,4 @@
-"""Container mode (issue 30): what systemd and podman need to serve one planned instance from the fleet's own image.
+"""Container mode: what systemd and podman need to serve one planned instance from the fleet's own image.
 
 The plan, the command line and the rollout are the venv mode's; only how the process starts differs. Each
 instance is still the unit ``vllm@<instance>.service`` (the rollout, the health gate, retire and restore name it

@@ -1,4 +1,4 @@
-"""The fleet's own vLLM image (container mode, issue 30): what it is built from, its name, and which images a host
+"""The fleet's own vLLM image (container mode): what it is built from, its name, and which images a host
 may remove.
 
 The image is built once per build class on that class's builder (roles/vllm_image) from files on the controller:
