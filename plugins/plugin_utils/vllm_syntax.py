@@ -343,18 +343,6 @@ def bearer_token(value):
     return None
 
 
-def unit_value(value):
-    """A value of a systemd unit setting (User=, WorkingDirectory=): one line, and no `%`, which systemd expands as a
-    specifier."""
-    if not isinstance(value, str) or not value:
-        return Refusal("empty or not a string", "write it on one line")
-    if CONTROL.search(value):
-        return Refusal("has a line break or control character, which would end the unit's line", "write it on one line")
-    if "%" in value:
-        return Refusal("has %, which systemd expands in unit files as a specifier", "drop the %")
-    return None
-
-
 # ------------------------------------------------------------------------------------------------ paths
 
 # One component of a path the roles write into unit files, haproxy.cfg, scripts and commands: the POSIX portable
