@@ -274,6 +274,7 @@ class ActionModule(ActionBase):
         "converged": {"type": "bool", "default": False},
         "fleet": {"type": "dict"},
         "fleet_only": {"type": "bool", "default": False},
+        "collection_plays": {"type": "bool", "default": False},
     }
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
@@ -449,6 +450,8 @@ class ActionModule(ActionBase):
         # Across the host's roles: the directories each owns are apart.
         problems += checks.owned_overlaps(host, v)
         problems += checks.names(host, v, task_vars.get("groups", {}), _role_defaults())
+        if args["collection_plays"]:
+            problems += checks.play_groups(host, v)
         if "loadbalancer" in sections:
             problems += checks.loadbalancer(host, v, self._backend_addresses(v, task_vars))
         if "service" in sections:

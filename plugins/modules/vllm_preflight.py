@@ -68,6 +68,15 @@ options:
         and return it as C(fleet), for O(fleet); no check runs. Meant for a C(run_once) task.
     type: bool
     default: false
+  collection_plays:
+    description:
+      - The caller runs the collection's own plays (C(playbooks/preflight.yml) for C(site.yml) and C(upgrade.yml)),
+        whose hosts are the groups C(vllm_hosts), C(loadbalancers), C(builders) and C(monitoring) by name. A group
+        option (C(loadbalancer_backend_group), C(vllm_service_loadbalancer_group), C(rollout_loadbalancer_group),
+        C(vllm_build_builders_group), C(vllm_image_builders_group), C(monitoring_group)) that names another group is
+        then refused. A playbook of your own that runs the roles on other groups leaves it off.
+    type: bool
+    default: false
 author:
   - vllm-cpu-fleet maintainers (!UNKNOWN)
 """

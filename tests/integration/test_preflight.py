@@ -406,3 +406,19 @@ def test_monitoring_inputs_and_unreachable_targets_are_named_with_their_fix(tmp_
     assert "fix: open the network path from mon-good to that port, or set monitoring_target_address_var" in reach
     assert "ghost-1 (no-such-host.invalid) port 9100" in reach
     assert "good-1" not in reach and "127.0.0.1" not in reach, reach
+
+
+def test_a_group_option_the_collections_plays_do_not_follow_is_refused(tmp_path, machine_root, controller_inputs):
+    # playbooks/preflight.yml runs on the groups by name: a host whose options name other groups is refused there,
+    # with every such option named; a host with the defaults passes its own checks.
+    regrouped = {"vllm_service_loadbalancer_group": "monitoring", "loadbalancer_backend_group": "monitoring"}
+    result = run_preflight(tmp_path, machine_root, controller_inputs, {"good": {}, "regrouped": regrouped})
+    assert result.returncode != 0, result.stdout[-4000:]
+    message = failure_of(result.stdout, "regrouped")
+    expected = (("vllm_service_loadbalancer_group", "loadbalancers"), ("loadbalancer_backend_group", "vllm_hosts"))
+    for name, group in expected:
+        assert (
+            f"regrouped: {name}: is 'monitoring', but the collection's playbooks run their plays on the group {group!r}"
+            in message
+        ), message
+    assert "collection's playbooks" not in failure_of(result.stdout, "good")

@@ -1789,3 +1789,30 @@ def test_a_vllm_version_yaml_read_as_a_number_names_vllm_version(number):
 def test_auto_retention_is_a_share_of_the_storage_file_system(size_bytes, flag):
     assert checks.auto_retention_size(size_bytes) == flag
     assert checks.PROMETHEUS_SIZE.match(flag)
+
+
+def test_play_groups_are_the_groups_the_collections_plays_run_on():
+    # The groups the collection's playbooks name in their plays' hosts: patterns.
+    plays = "\n".join(path.read_text() for path in (REPO / "playbooks").glob("*.yml"))
+    for name, group in checks.PLAY_GROUPS.items():
+        assert re.search(r"hosts: .*\b" + group + r"\b", plays), (name, group)
+
+
+def test_each_group_option_is_refused_under_the_collections_plays_unless_it_names_their_group():
+    fine = dict(checks.PLAY_GROUPS)
+    assert checks.play_groups("h", fine) == []
+    assert checks.play_groups("h", {}) == []
+    for name, group in checks.PLAY_GROUPS.items():
+        problems = checks.play_groups("h", {**fine, name: "other"})
+        assert len(problems) == 1, problems
+        assert problems[0].startswith(f"h: {name}: is 'other', but the collection's playbooks run their plays on the"
+                                      f" group {group!r}")
+        assert "; fix: " in problems[0] and "a playbook of your own" in problems[0]
+
+
+def test_the_play_groups_are_the_roles_defaults():
+    defaults = {}
+    for path in sorted((REPO / "roles").glob("*/defaults/main.yml")):
+        defaults.update(yaml.safe_load(path.read_text()) or {})
+    assert {name: defaults[name] for name in checks.PLAY_GROUPS} == checks.PLAY_GROUPS
+    assert set(checks.GROUP_OPTIONS) <= set(checks.PLAY_GROUPS)

@@ -58,6 +58,16 @@ GROUP_OPTIONS = (
     "vllm_image_builders_group",
     "loadbalancer_backend_group",
 )
+# The group each group option must name when the collection's own playbooks run the roles: their plays run on these
+# groups by name (a play's hosts: cannot read a host's variable), so another value would split the fleet in two.
+PLAY_GROUPS = {
+    "loadbalancer_backend_group": "vllm_hosts",
+    "vllm_service_loadbalancer_group": "loadbalancers",
+    "rollout_loadbalancer_group": "loadbalancers",
+    "vllm_build_builders_group": "builders",
+    "vllm_image_builders_group": "builders",
+    "monitoring_group": "monitoring",
+}
 # Numbers the roles use as written, with their bounds (inclusive; None: unbounded). The planner bounds its own
 # (vllm_plan_*); loadbalancer_port, vllm_service_block_size and the service's timers have their own checks.
 BOUNDS = {
@@ -324,6 +334,18 @@ def names(host, v, groups, defaults):
                 " name or add the group."
             )
     return problems
+
+
+def play_groups(host, v):
+    """Under the collection's playbooks (site.yml, upgrade.yml through preflight.yml): each group option names the
+    group those playbooks' plays run on."""
+    return [
+        f"{host}: {name}: is {v[name]!r}, but the collection's playbooks run their plays on the group {group!r}"
+        f" whatever it says, so the roles and the plays would disagree on which hosts are {group}; fix: put the hosts"
+        f" in the group {group!r} and drop {name}, or run the roles from a playbook of your own."
+        for name, group in PLAY_GROUPS.items()
+        if name in v and v[name] != group
+    ]
 
 
 def bounds(host, v):
