@@ -269,3 +269,27 @@ def test_a_limited_run_stops_when_a_load_balancer_outside_the_limit_cannot_be_lo
     assert rc != 0 and changed(fleet, "b") == [], out
     assert (fleet / "vllm-1" / "run.lock").exists() and holders(fleet, ["vllm-1"]) == {"vllm-1": {}}, out
     assert "RUN LOCKED: lb-1: vllm_fleet_run_lock: this run could not reach this load balancer, which the" in out, out
+
+
+def test_a_run_that_holds_every_lock_ends_the_lock_play_without_a_task_of_each_host(fleet):
+    """Issue 41 (preflight at fleet scale): when the run holds every lock, the check says so once and the play ends
+    (meta end_play), so no host runs, or skips, the give-back tasks of the failure path: two tasks of each host."""
+    rc, out = finish(start(fleet, "a"))
+    assert rc == 0 and changed(fleet, "a") == ["lb-1", "vllm-1", "vllm-2"], out
+    assert "holds the run lock on 3 host(s)." in out, out
+    assert "TASK [End the play when this run holds the lock on every host]" in out, out
+    assert "Give back the locks this run took" not in out, f"every host went through the give-back tasks:\n{out}"
+
+
+def test_the_vllm_fleet_arguments_are_checked_unless_this_runs_preflight_checked_them(fleet):
+    """Without preflight (run_lock.yml alone, playbooks/decommission.yml), the role's argument check refuses a value
+    outside its spec before any lock is taken; after preflight (preflight_fleet registered on every host), which
+    types the same variables of the same hosts, the check is not repeated by a task of each host."""
+    rc, out = finish(start(fleet, "a", "-e", "vllm_install_source=bogus"))
+    assert rc != 0 and changed(fleet, "a") == [], out
+    assert "Validation of arguments failed" in out and "vllm_install_source" in out, out
+    assert holders(fleet) == {name: {} for name in HOSTS} and not any((fleet / n).exists() for n in HOSTS), out
+    rc, out = finish(start(fleet, "b", "-e", '{"preflight_fleet": {"fleet": {}}}'))
+    assert rc == 0 and changed(fleet, "b") == ["lb-1", "vllm-1", "vllm-2"], out
+    assert "Validation of arguments failed" not in out, out
+    assert "skipping: [vllm-1]" in out.split("Validating arguments against arg spec 'main'")[1].split("TASK [")[0], out
