@@ -1,4 +1,4 @@
-"""Preflight's container section (vllm_service_mode: container, issue 30): podman on the host (missing, older than 4.3,
+"""Preflight's container section (vllm_service_mode: container): podman on the host (missing, older than 4.3,
 without crun or its default seccomp profile), room in its storage for the image, the registry, what the image is
 built from (the controller's wheelhouse for the image's suite, the built wheel), and the mixes the mode cannot serve
 (a model from the hub, the knobs of the other mode). A key is served on every podman it accepts: before 5.3

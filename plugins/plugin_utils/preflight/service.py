@@ -58,7 +58,7 @@ SERVICE_ENV = {
     "HF_TOKEN": "vllm_service_hf_token",
 }
 # Names other programs own in every instance's environment, refused in vllm_service_extra_env by class whatever the
-# value (issue 44 item 2): what reads them, and where to set what the operator meant. VLLM_SERVICE_ is the role's and
+# value: what reads them, and where to set what the operator meant. VLLM_SERVICE_ is the role's and
 # its key middleware's (files/vllm_service_auth.py): the keys, their NAME_FILE forms (a second, guessable key),
 # VLLM_SERVICE_OPEN_PATHS, VLLM_SERVICE_ALLOW_UNAUTHENTICATED; LD_ and GLIBC_TUNABLES the dynamic loader's (a library
 # LD_PRELOAD or LD_AUDIT names runs inside every instance, beside the key); PYTHON the interpreter's (PYTHONPATH is
