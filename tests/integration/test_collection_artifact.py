@@ -109,19 +109,16 @@ def test_ansible_doc_shows_the_module_and_filter(installed):
     assert json.loads(plan.stdout)[f"{FQCN}.vllm_cpu_plan"]["doc"]["short_description"]
 
 
+def debug(installed, expression):
+    """`ansible localhost -m debug` of one Jinja2 expression, run against the installed copy."""
+    return run(installed, "ansible", "localhost", "-m", "ansible.builtin.debug", "-a", f"msg={{{{ {expression} }}}}")
+
+
 def test_module_and_filter_run_from_the_installed_copy(installed):
     facts = run(installed, "ansible", "localhost", "-m", f"{FQCN}.vllm_cpu_facts", "--check")
     assert facts.returncode == 0, facts.stdout + facts.stderr
     assert "isa_class" in facts.stdout
-    release = run(
-        installed,
-        "ansible",
-        "localhost",
-        "-m",
-        "ansible.builtin.debug",
-        "-a",
-        f"msg={{{{ '0.32.0' | {FQCN}.vllm_release }}}}",
-    )
+    release = debug(installed, f"'0.32.0' | {FQCN}.vllm_release")
     assert release.returncode == 0, release.stdout + release.stderr
     assert "torch_version" in release.stdout
 
@@ -129,15 +126,7 @@ def test_module_and_filter_run_from_the_installed_copy(installed):
 def test_the_fleet_report_renders_from_the_installed_copy(installed):
     # Its templates are found beside the installed plugin_utils module (loaded by Ansible's collection loader).
     for page, marker in (("markdown", "# vLLM CPU fleet report"), ("html", "<h1>vLLM CPU fleet report</h1>")):
-        done = run(
-            installed,
-            "ansible",
-            "localhost",
-            "-m",
-            "ansible.builtin.debug",
-            "-a",
-            f"msg={{{{ [] | {FQCN}.vllm_fleet_report({{}}) | {FQCN}.vllm_fleet_report_{page} }}}}",
-        )
+        done = debug(installed, f"[] | {FQCN}.vllm_fleet_report({{}}) | {FQCN}.vllm_fleet_report_{page}")
         assert done.returncode == 0, done.stdout + done.stderr
         assert marker in done.stdout, done.stdout
 
